@@ -1,0 +1,47 @@
+//! The Arbor wire protocol, shared by the server, the client and the tools.
+//!
+//! A connection carries length-prefixed frames ([`frame`]): a `u32` big-endian
+//! payload length, then one bincode-encoded message ([`codec`]). The client
+//! speaks [`ClientMessage`], the server answers with [`ServerMessage`].
+//!
+//! The first client frame must be [`ClientMessage::Connect`], which opens or
+//! resumes a session. After it the client sends [`ClientMessage::Request`]s,
+//! each with a client-chosen `xid`; the server answers every request with a
+//! [`ServerMessage::Reply`] carrying the same `xid`, in request order, and
+//! pushes [`ServerMessage::Event`]s for watches that fire. A watch event is
+//! always sent before any reply that reflects the change it reports.
+//!
+//! Every reply carries the server's last applied zxid: the position of the
+//! newest write in the server's total order of writes.
+
+pub mod codec;
+pub mod error;
+pub mod event;
+pub mod frame;
+pub mod path;
+pub mod request;
+pub mod response;
+pub mod stat;
+
+pub use error::ErrorCode;
+pub use event::{EventType, WatchEvent};
+pub use request::{
+    AddWatchMode, ClientMessage, ConnectRequest, CreateMode, MultiOp, Op, SessionCredentials,
+    WatcherKind, ANY_VERSION,
+};
+pub use response::{
+    ChildEntry, ConnectResponse, MultiOpOutcome, OpResult, ServerLimits, ServerMessage,
+};
+pub use stat::Stat;
+
+/// A transaction id: the position of a write in the server's total order.
+pub type Zxid = u64;
+
+/// A session id, chosen by the server; never 0 (0 means "no session").
+pub type SessionId = u64;
+
+/// The version of this protocol; the handshake refuses any other.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Length of a session password in bytes.
+pub const SESSION_PASSWORD_BYTES: usize = 16;

@@ -1,0 +1,178 @@
+//! What a client sends.
+
+use bincode::{Decode, Encode};
+
+use crate::{SessionId, Zxid, SESSION_PASSWORD_BYTES};
+
+/// The expected version that matches any version (ZooKeeper's `-1`).
+pub const ANY_VERSION: i32 = -1;
+
+/// A frame from client to server.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum ClientMessage {
+    /// Must be the first frame of a connection.
+    Connect(ConnectRequest),
+    /// Any later frame. `xid` is chosen by the client and echoed in the reply.
+    Request { xid: u64, op: Op },
+}
+
+/// Opens a new session, or resumes one when `session` is given.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ConnectRequest {
+    pub protocol_version: u32,
+    /// The newest zxid this client has seen; a server behind it refuses.
+    pub last_zxid_seen: Zxid,
+    /// The timeout the client asks for; the server clamps it to its range.
+    pub session_timeout_ms: u32,
+    pub session: Option<SessionCredentials>,
+}
+
+/// What a client needs to resume its session on a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode)]
+pub struct SessionCredentials {
+    pub id: SessionId,
+    pub password: [u8; SESSION_PASSWORD_BYTES],
+}
+
+/// The kinds of znode a create can make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum CreateMode {
+    Persistent,
+    PersistentSequential,
+    /// Deleted when the creating session ends.
+    Ephemeral,
+    EphemeralSequential,
+    /// Deleted by the server once it has had children and has none left.
+    Container,
+    /// Deleted by the server once it has no children and was not modified for `ttl_ms`.
+    PersistentWithTtl { ttl_ms: u64 },
+    PersistentSequentialWithTtl { ttl_ms: u64 },
+}
+
+impl CreateMode {
+    pub fn is_ephemeral(self) -> bool {
+        matches!(self, CreateMode::Ephemeral | CreateMode::EphemeralSequential)
+    }
+
+    pub fn is_sequential(self) -> bool {
+        matches!(
+            self,
+            CreateMode::PersistentSequential
+                | CreateMode::EphemeralSequential
+                | CreateMode::PersistentSequentialWithTtl { .. }
+        )
+    }
+
+    pub fn is_container(self) -> bool {
+        matches!(self, CreateMode::Container)
+    }
+
+    pub fn ttl_ms(self) -> Option<u64> {
+        match self {
+            CreateMode::PersistentWithTtl { ttl_ms }
+            | CreateMode::PersistentSequentialWithTtl { ttl_ms } => Some(ttl_ms),
+            _ => None,
+        }
+    }
+}
+
+/// Persistent watch modes for [`Op::AddWatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum AddWatchMode {
+    /// Every change of the node itself and of its list of children; stays set.
+    Persistent,
+    /// Every create, delete and data change at or below the path; stays set.
+    PersistentRecursive,
+}
+
+/// Which watches [`Op::RemoveWatches`] removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum WatcherKind {
+    /// One-shot child watches.
+    Children,
+    /// One-shot data and exists watches.
+    Data,
+    /// Every watch of the session on the path, one-shot and persistent.
+    Any,
+    Persistent,
+    PersistentRecursive,
+}
+
+/// One operation of a [`Op::Multi`] transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum MultiOp {
+    /// Fails the transaction unless the node exists with this version
+    /// (or any version, with [`ANY_VERSION`]).
+    Check { path: String, version: i32 },
+    Create { path: String, data: Vec<u8>, mode: CreateMode },
+    Delete { path: String, version: i32 },
+    SetData { path: String, data: Vec<u8>, version: i32 },
+}
+
+impl MultiOp {
+    pub fn path(&self) -> &str {
+        match self {
+            MultiOp::Check { path, .. }
+            | MultiOp::Create { path, .. }
+            | MultiOp::Delete { path, .. }
+            | MultiOp::SetData { path, .. } => path,
+        }
+    }
+}
+
+/// An operation on the tree or the session.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Op {
+    Create { path: String, data: Vec<u8>, mode: CreateMode },
+    Delete { path: String, version: i32 },
+    SetData { path: String, data: Vec<u8>, version: i32 },
+    /// With `watch`, sets a one-shot data watch (only if the node exists).
+    GetData { path: String, watch: bool },
+    /// With `watch`, sets a one-shot exists watch, also on a missing node.
+    Exists { path: String, watch: bool },
+    /// With `watch`, sets a one-shot child watch (only if the node exists).
+    GetChildren { path: String, watch: bool },
+    GetChildrenWithStat { path: String, watch: bool },
+    /// All or nothing.
+    Multi { ops: Vec<MultiOp> },
+    /// Answers once every write ordered before it has been applied.
+    Sync { path: String },
+    Ping,
+    CloseSession,
+    AddWatch { path: String, mode: AddWatchMode },
+    RemoveWatches { path: String, kind: WatcherKind },
+}
+
+impl Op {
+    /// Whether this operation changes the tree or the session table, and so
+    /// must go through the commit log.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Op::Create { .. }
+                | Op::Delete { .. }
+                | Op::SetData { .. }
+                | Op::Multi { .. }
+                | Op::CloseSession
+        )
+    }
+
+    /// A short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Create { .. } => "create",
+            Op::Delete { .. } => "delete",
+            Op::SetData { .. } => "set_data",
+            Op::GetData { .. } => "get_data",
+            Op::Exists { .. } => "exists",
+            Op::GetChildren { .. } => "get_children",
+            Op::GetChildrenWithStat { .. } => "get_children_with_stat",
+            Op::Multi { .. } => "multi",
+            Op::Sync { .. } => "sync",
+            Op::Ping => "ping",
+            Op::CloseSession => "close_session",
+            Op::AddWatch { .. } => "add_watch",
+            Op::RemoveWatches { .. } => "remove_watches",
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! What the server sends.
+
+use bincode::{Decode, Encode};
+
+use crate::{ErrorCode, SessionId, Stat, WatchEvent, Zxid, SESSION_PASSWORD_BYTES};
+
+/// A frame from server to client.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum ServerMessage {
+    /// The handshake succeeded.
+    Connected(ConnectResponse),
+    /// The answer to the request with this `xid`. `zxid` is the server's last
+    /// applied zxid when the answer was made.
+    Reply {
+        xid: u64,
+        zxid: Zxid,
+        result: Result<OpResult, ErrorCode>,
+    },
+    /// A watch fired.
+    Event(WatchEvent),
+    /// The server is closing this connection, and says why. Sent for a refused
+    /// handshake, a frame that breaks the protocol, or a server shutting down.
+    Closing { code: ErrorCode, message: String },
+}
+
+/// The session a connection now serves, and the server's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ConnectResponse {
+    pub protocol_version: u32,
+    pub session_id: SessionId,
+    pub password: [u8; SESSION_PASSWORD_BYTES],
+    /// The negotiated timeout.
+    pub session_timeout_ms: u32,
+    /// The server's last applied zxid.
+    pub zxid: Zxid,
+    pub limits: ServerLimits,
+}
+
+/// Limits a client should respect to avoid being refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct ServerLimits {
+    /// Largest frame payload the server accepts or sends.
+    pub frame_bytes_max: u32,
+    /// Largest znode data.
+    pub data_bytes_max: u32,
+}
+
+/// A child's name and stat.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ChildEntry {
+    pub name: String,
+    pub stat: Stat,
+}
+
+/// The result of one multi op.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum MultiOpOutcome {
+    /// The op was applied, with this result.
+    Applied(OpResult),
+    /// The op would have succeeded, but another op failed so nothing applied.
+    RolledBack,
+    /// This op failed, and so the transaction.
+    Failed(ErrorCode),
+    /// Not tried: an earlier op failed.
+    NotRun,
+}
+
+/// A successful result.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum OpResult {
+    /// The created node's actual path (with any sequence suffix) and stat.
+    Created { path: String, stat: Stat },
+    Deleted,
+    /// The node's stat after a set.
+    SetData(Stat),
+    /// A check in a multi passed.
+    Checked,
+    Data { data: Vec<u8>, stat: Stat },
+    /// `None` when the node does not exist.
+    Exists(Option<Stat>),
+    /// Child names and the parent's stat.
+    Children { names: Vec<String>, stat: Stat },
+    ChildrenWithStat { children: Vec<ChildEntry>, stat: Stat },
+    /// One outcome per op. If any op failed, none was applied.
+    Multi(Vec<MultiOpOutcome>),
+    Synced { path: String },
+    Pong,
+    SessionClosed,
+    /// A watch was added or removed.
+    WatchesChanged,
+}
