@@ -100,6 +100,9 @@ mod tests {
         let mut bytes = encode(&5u32).expect("encodes");
         bytes.push(0);
         let err = decode::<u32>(&bytes).expect_err("must not decode");
-        assert!(matches!(err, DecodeError::TrailingBytes { extra: 1, .. }), "{err}");
+        assert!(
+            matches!(err, DecodeError::TrailingBytes { extra: 1, .. }),
+            "{err}"
+        );
     }
 }

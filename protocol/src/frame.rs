@@ -132,7 +132,13 @@ mod tests {
         let err = FrameDecoder::new(1000)
             .decode(&mut buf)
             .expect_err("too large");
-        assert!(matches!(err, FrameError::TooLarge { len: 1_000_000, max: 1000 }));
+        assert!(matches!(
+            err,
+            FrameError::TooLarge {
+                len: 1_000_000,
+                max: 1000
+            }
+        ));
     }
 
     #[test]

@@ -146,7 +146,10 @@ mod tests {
         for (path, want) in cases {
             assert_eq!(validate(path), Err(want), "{path:?}");
         }
-        assert!(matches!(validate(&"/a".repeat(3000)), Err(PathError::TooLong(6000))));
+        assert!(matches!(
+            validate(&"/a".repeat(3000)),
+            Err(PathError::TooLong(6000))
+        ));
     }
 
     #[test]

@@ -45,13 +45,20 @@ pub enum CreateMode {
     /// Deleted by the server once it has had children and has none left.
     Container,
     /// Deleted by the server once it has no children and was not modified for `ttl_ms`.
-    PersistentWithTtl { ttl_ms: u64 },
-    PersistentSequentialWithTtl { ttl_ms: u64 },
+    PersistentWithTtl {
+        ttl_ms: u64,
+    },
+    PersistentSequentialWithTtl {
+        ttl_ms: u64,
+    },
 }
 
 impl CreateMode {
     pub fn is_ephemeral(self) -> bool {
-        matches!(self, CreateMode::Ephemeral | CreateMode::EphemeralSequential)
+        matches!(
+            self,
+            CreateMode::Ephemeral | CreateMode::EphemeralSequential
+        )
     }
 
     pub fn is_sequential(self) -> bool {
@@ -103,10 +110,24 @@ pub enum WatcherKind {
 pub enum MultiOp {
     /// Fails the transaction unless the node exists with this version
     /// (or any version, with [`ANY_VERSION`]).
-    Check { path: String, version: i32 },
-    Create { path: String, data: Vec<u8>, mode: CreateMode },
-    Delete { path: String, version: i32 },
-    SetData { path: String, data: Vec<u8>, version: i32 },
+    Check {
+        path: String,
+        version: i32,
+    },
+    Create {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+    },
+    Delete {
+        path: String,
+        version: i32,
+    },
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: i32,
+    },
 }
 
 impl MultiOp {
@@ -123,24 +144,57 @@ impl MultiOp {
 /// An operation on the tree or the session.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub enum Op {
-    Create { path: String, data: Vec<u8>, mode: CreateMode },
-    Delete { path: String, version: i32 },
-    SetData { path: String, data: Vec<u8>, version: i32 },
+    Create {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+    },
+    Delete {
+        path: String,
+        version: i32,
+    },
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: i32,
+    },
     /// With `watch`, sets a one-shot data watch (only if the node exists).
-    GetData { path: String, watch: bool },
+    GetData {
+        path: String,
+        watch: bool,
+    },
     /// With `watch`, sets a one-shot exists watch, also on a missing node.
-    Exists { path: String, watch: bool },
+    Exists {
+        path: String,
+        watch: bool,
+    },
     /// With `watch`, sets a one-shot child watch (only if the node exists).
-    GetChildren { path: String, watch: bool },
-    GetChildrenWithStat { path: String, watch: bool },
+    GetChildren {
+        path: String,
+        watch: bool,
+    },
+    GetChildrenWithStat {
+        path: String,
+        watch: bool,
+    },
     /// All or nothing.
-    Multi { ops: Vec<MultiOp> },
+    Multi {
+        ops: Vec<MultiOp>,
+    },
     /// Answers once every write ordered before it has been applied.
-    Sync { path: String },
+    Sync {
+        path: String,
+    },
     Ping,
     CloseSession,
-    AddWatch { path: String, mode: AddWatchMode },
-    RemoveWatches { path: String, kind: WatcherKind },
+    AddWatch {
+        path: String,
+        mode: AddWatchMode,
+    },
+    RemoveWatches {
+        path: String,
+        kind: WatcherKind,
+    },
 }
 
 impl Op {

@@ -69,21 +69,35 @@ pub enum MultiOpOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub enum OpResult {
     /// The created node's actual path (with any sequence suffix) and stat.
-    Created { path: String, stat: Stat },
+    Created {
+        path: String,
+        stat: Stat,
+    },
     Deleted,
     /// The node's stat after a set.
     SetData(Stat),
     /// A check in a multi passed.
     Checked,
-    Data { data: Vec<u8>, stat: Stat },
+    Data {
+        data: Vec<u8>,
+        stat: Stat,
+    },
     /// `None` when the node does not exist.
     Exists(Option<Stat>),
     /// Child names and the parent's stat.
-    Children { names: Vec<String>, stat: Stat },
-    ChildrenWithStat { children: Vec<ChildEntry>, stat: Stat },
+    Children {
+        names: Vec<String>,
+        stat: Stat,
+    },
+    ChildrenWithStat {
+        children: Vec<ChildEntry>,
+        stat: Stat,
+    },
     /// One outcome per op. If any op failed, none was applied.
     Multi(Vec<MultiOpOutcome>),
-    Synced { path: String },
+    Synced {
+        path: String,
+    },
     Pong,
     SessionClosed,
     /// A watch was added or removed.

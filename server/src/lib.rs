@@ -1,0 +1,62 @@
+//! # arbord — theory of operation
+//!
+//! Arbor keeps a tree of znodes, shared by client sessions, and orders every
+//! change to it in one sequence numbered by the *zxid*.
+//!
+//! ## One path for every write
+//!
+//! ```text
+//! connection ──► prep ──► commit log ──► apply ──► reply + watch events
+//!  (net)        (pipeline::prep)  (pipeline::commit)  (pipeline::apply)
+//! ```
+//!
+//! A connection ([`net`]) decodes frames and keeps its session's requests in
+//! arrival order. A write is *prepped* into a [`txn::Txn`]: validated, with
+//! everything non-deterministic fixed (wall time, session ids, passwords). The
+//! single committer task gives each txn the next zxid, makes whole batches
+//! durable at once through the [`pipeline::commit::CommitLog`] (group commit),
+//! then applies them in zxid order to the state machine
+//! ([`pipeline::apply::StateMachine`]: the [`tree::DataTree`] plus the session
+//! table) and answers. Apply is deterministic, so replaying the log rebuilds
+//! the same state. Session creation, close and expiry are txns too: a
+//! session's ephemerals vanish through the log like any other write.
+//!
+//! ## Ordering
+//!
+//! * Writes are totally ordered by zxid; replies carry the last applied zxid,
+//!   which never decreases on a connection.
+//! * A session's replies come in request order. A read waits only for the
+//!   session's own earlier requests, never for another session's sync: reads
+//!   are answered from the applied state under a read lock.
+//! * Watches ([`watch`]) fire during apply. The event is queued to the
+//!   connection before any reply that reflects the change, so a client never
+//!   sees the new state before the event that announces it.
+//!
+//! ## Sessions
+//!
+//! The [`session::SessionTracker`] keeps deadlines in tick-sized buckets
+//! ([`session::ExpiryQueue`]); any request or ping moves a session's deadline.
+//! Once per tick the expired sessions are proposed for closing. A session can
+//! move to a new connection with its id and password while it is alive.
+//!
+//! ## Limits
+//!
+//! Every queue is bounded ([`config::Config`]): frames, data, requests in
+//! flight per connection (past it the socket is not read: back-pressure),
+//! events queued per connection (past it the connection is closed), watches
+//! per session, connections in all and per address, the commit queue.
+
+pub mod clock;
+pub mod config;
+pub mod context;
+pub mod housekeeping;
+pub mod net;
+pub mod pipeline;
+pub mod server;
+pub mod session;
+pub mod tree;
+pub mod txn;
+pub mod watch;
+
+pub use config::Config;
+pub use server::{run, ServerError};

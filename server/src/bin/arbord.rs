@@ -1,1 +1,116 @@
-fn main() {}
+//! `arbord`: parses flags, sets up logging, and runs the server until SIGINT
+//! or SIGTERM.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use arbor_server::Config;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(name = "arbord", version, about = "The Arbor coordination server")]
+struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:7181")]
+    listen: SocketAddr,
+    /// Directory for the write-ahead log and snapshots (created if missing).
+    #[arg(long, default_value = "./arbor-data")]
+    data_dir: PathBuf,
+    /// The tick: the unit of session timeouts, which clamp to [2, 20] ticks.
+    #[arg(long, default_value_t = 2000)]
+    tick_ms: u32,
+    /// Largest frame payload accepted or sent, in bytes.
+    #[arg(long, default_value_t = arbor_protocol::frame::DEFAULT_FRAME_BYTES_MAX)]
+    max_frame_bytes: usize,
+    /// Largest znode data, in bytes (default: the frame limit less room for
+    /// the path and envelope).
+    #[arg(long)]
+    max_data_bytes: Option<usize>,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Connections served at once from one client address.
+    #[arg(long, default_value_t = 60)]
+    max_connections_per_ip: usize,
+    /// How often containers and TTL nodes are checked for deletion.
+    #[arg(long, default_value_t = 1000)]
+    reap_interval_ms: u64,
+}
+
+impl Args {
+    fn config(&self) -> Config {
+        Config {
+            data_dir: self.data_dir.clone(),
+            tick_ms: self.tick_ms,
+            frame_bytes_max: self.max_frame_bytes,
+            data_bytes_max: self
+                .max_data_bytes
+                .unwrap_or_else(|| Config::data_bytes_max_for(self.max_frame_bytes)),
+            connections_max: self.max_connections,
+            connections_per_ip_max: self.max_connections_per_ip,
+            reap_interval_ms: self.reap_interval_ms,
+            ..Config::default()
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = args.config();
+    config.validate().context("invalid settings")?;
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let addr = listener
+            .local_addr()
+            .context("cannot read the listening address")?;
+        // Tests start arbord on port 0 and read this line to find it.
+        println!("arbord listening on {addr}");
+        std::io::stdout()
+            .flush()
+            .context("cannot write to stdout")?;
+        arbor_server::run(listener, config, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("signal received");
+}

@@ -1,0 +1,186 @@
+//! Server settings and the limits that protect it. `validate` checks each
+//! limit and how they relate before anything starts.
+
+use std::path::PathBuf;
+
+use arbor_protocol::codec::DECODE_INPUT_BYTES_MAX;
+use arbor_protocol::frame::DEFAULT_FRAME_BYTES_MAX;
+use arbor_protocol::path::PATH_BYTES_MAX;
+
+/// Room a frame needs beyond a znode's data and path (op tag, versions, xid).
+pub const FRAME_ENVELOPE_BYTES: usize = 1024;
+
+/// Limits on the session timeout, in ticks (ZooKeeper's defaults).
+pub const SESSION_TIMEOUT_TICKS_MIN: u32 = 2;
+pub const SESSION_TIMEOUT_TICKS_MAX: u32 = 20;
+
+/// The longest TTL a node may have (ZooKeeper's limit, about 35 years).
+pub const TTL_MS_MAX: u64 = 0xFF_FFFF_FFFF;
+
+/// Ops in one multi.
+pub const MULTI_OPS_MAX: usize = 1000;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the write-ahead log and snapshots live.
+    pub data_dir: PathBuf,
+    /// The unit of session timeouts and of expiry checks.
+    pub tick_ms: u32,
+    /// Largest frame payload accepted or sent.
+    pub frame_bytes_max: usize,
+    /// Largest znode data.
+    pub data_bytes_max: usize,
+    pub connections_max: usize,
+    pub connections_per_ip_max: usize,
+    /// Requests one connection may have unanswered; past it we stop reading
+    /// its socket (back-pressure, not memory).
+    pub requests_in_flight_per_connection_max: usize,
+    /// Watch events queued for one connection; a client that falls further
+    /// behind is disconnected (its session lives on).
+    pub events_queued_per_connection_max: usize,
+    pub watches_per_session_max: usize,
+    /// Writes queued for the commit log.
+    pub commit_queue_max: usize,
+    /// Txns the committer makes durable together.
+    pub commit_batch_max: usize,
+    /// How often containers and TTL nodes are checked for deletion.
+    pub reap_interval_ms: u64,
+    /// Deletions proposed per reap pass.
+    pub reap_batch_max: usize,
+    /// A connection must complete its handshake within this.
+    pub handshake_timeout_ms: u64,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("arbor-data"),
+            tick_ms: 2000,
+            frame_bytes_max: DEFAULT_FRAME_BYTES_MAX,
+            data_bytes_max: DEFAULT_FRAME_BYTES_MAX - PATH_BYTES_MAX - FRAME_ENVELOPE_BYTES,
+            connections_max: 4096,
+            connections_per_ip_max: 60,
+            requests_in_flight_per_connection_max: 1024,
+            events_queued_per_connection_max: 16 * 1024,
+            watches_per_session_max: 100_000,
+            commit_queue_max: 16 * 1024,
+            commit_batch_max: 1024,
+            reap_interval_ms: 1000,
+            reap_batch_max: 1000,
+            handshake_timeout_ms: 10_000,
+            shutdown_grace_ms: 5_000,
+        }
+    }
+}
+
+/// A setting that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name} must be positive")]
+    Zero { name: &'static str },
+    #[error("frame limit {value} must be between {min} and {max} bytes")]
+    FrameLimit {
+        value: usize,
+        min: usize,
+        max: usize,
+    },
+    #[error("data limit {data} plus path and envelope must fit in the frame limit {frame}")]
+    DataLimit { data: usize, frame: usize },
+    #[error("per-ip connection limit {per_ip} exceeds the total limit {total}")]
+    PerIpLimit { per_ip: usize, total: usize },
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("tick_ms", self.tick_ms as usize),
+            ("connections_max", self.connections_max),
+            ("connections_per_ip_max", self.connections_per_ip_max),
+            (
+                "requests_in_flight_per_connection_max",
+                self.requests_in_flight_per_connection_max,
+            ),
+            (
+                "events_queued_per_connection_max",
+                self.events_queued_per_connection_max,
+            ),
+            ("watches_per_session_max", self.watches_per_session_max),
+            ("commit_queue_max", self.commit_queue_max),
+            ("commit_batch_max", self.commit_batch_max),
+            ("reap_interval_ms", self.reap_interval_ms as usize),
+            ("reap_batch_max", self.reap_batch_max),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError::Zero { name });
+        }
+        let frame_min = PATH_BYTES_MAX + 2 * FRAME_ENVELOPE_BYTES;
+        if !(frame_min..=DECODE_INPUT_BYTES_MAX).contains(&self.frame_bytes_max) {
+            return Err(ConfigError::FrameLimit {
+                value: self.frame_bytes_max,
+                min: frame_min,
+                max: DECODE_INPUT_BYTES_MAX,
+            });
+        }
+        if self.data_bytes_max + PATH_BYTES_MAX + FRAME_ENVELOPE_BYTES > self.frame_bytes_max {
+            return Err(ConfigError::DataLimit {
+                data: self.data_bytes_max,
+                frame: self.frame_bytes_max,
+            });
+        }
+        if self.connections_per_ip_max > self.connections_max {
+            return Err(ConfigError::PerIpLimit {
+                per_ip: self.connections_per_ip_max,
+                total: self.connections_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// The data limit that goes with a frame limit.
+    pub fn data_bytes_max_for(frame_bytes_max: usize) -> usize {
+        frame_bytes_max.saturating_sub(PATH_BYTES_MAX + FRAME_ENVELOPE_BYTES)
+    }
+
+    pub fn session_timeout_range_ms(&self) -> (u32, u32) {
+        (
+            self.tick_ms.saturating_mul(SESSION_TIMEOUT_TICKS_MIN),
+            self.tick_ms.saturating_mul(SESSION_TIMEOUT_TICKS_MAX),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().expect("valid");
+    }
+
+    #[test]
+    fn data_must_fit_in_a_frame() {
+        let config = Config {
+            data_bytes_max: DEFAULT_FRAME_BYTES_MAX,
+            ..Config::default()
+        };
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::DataLimit { .. })
+        ));
+    }
+
+    #[test]
+    fn per_ip_limit_cannot_exceed_total() {
+        let config = Config {
+            connections_max: 10,
+            ..Config::default()
+        };
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::PerIpLimit { .. })
+        ));
+    }
+}

@@ -1,0 +1,90 @@
+//! Which connection currently serves each session, so that watch events and
+//! session ends reach it.
+
+use std::collections::HashMap;
+
+use arbor_protocol::{ErrorCode, ServerMessage, SessionId, WatchEvent};
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::txn::CloseReason;
+
+/// How to reach one connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionHandle {
+    pub connection_id: u64,
+    pub outbound: mpsc::Sender<ServerMessage>,
+    /// Cancelled to make the connection stop reading and close.
+    pub closer: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+pub struct ConnectionRegistry {
+    by_session: HashMap<SessionId, ConnectionHandle>,
+}
+
+impl ConnectionRegistry {
+    /// Makes `handle` the session's connection; returns the one it replaces.
+    pub fn attach(
+        &mut self,
+        session_id: SessionId,
+        handle: ConnectionHandle,
+    ) -> Option<ConnectionHandle> {
+        self.by_session.insert(session_id, handle)
+    }
+
+    /// Forgets the session's connection if it is still `connection_id`.
+    pub fn detach(&mut self, session_id: SessionId, connection_id: u64) -> bool {
+        match self.by_session.get(&session_id) {
+            Some(handle) if handle.connection_id == connection_id => {
+                self.by_session.remove(&session_id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Queues an event without waiting. A connection whose queue is full has
+    /// fallen too far behind: it is closed (the session lives on, and the
+    /// client registers its watches again when it reconnects).
+    pub fn deliver(&self, session_id: SessionId, event: WatchEvent) {
+        let Some(handle) = self.by_session.get(&session_id) else {
+            return;
+        };
+        match handle.outbound.try_send(ServerMessage::Event(event)) {
+            Ok(()) | Err(TrySendError::Closed(_)) => {}
+            Err(TrySendError::Full(_)) => {
+                warn!(
+                    session_id,
+                    connection_id = handle.connection_id,
+                    "event queue full; closing connection"
+                );
+                handle.closer.cancel();
+            }
+        }
+    }
+
+    /// The session ended. An expired session's connection is told and closed;
+    /// a closed session's connection closes itself after answering the close.
+    pub fn end_session(&mut self, session_id: SessionId, reason: CloseReason) {
+        let Some(handle) = self.by_session.remove(&session_id) else {
+            return;
+        };
+        if reason == CloseReason::Expired {
+            let _ = handle.outbound.try_send(ServerMessage::Closing {
+                code: ErrorCode::SessionExpired,
+                message: "session expired".into(),
+            });
+            handle.closer.cancel();
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_session.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_session.is_empty()
+    }
+}

@@ -1,0 +1,260 @@
+//! The state machine: the znode tree and the session table, changed only by
+//! applying txns in zxid order.
+//!
+//! `apply` is a pure function of the current state and the entry. It checks
+//! each write in full (so a failed write is a no-op that still takes its place
+//! in the order, as ZooKeeper's error txns do), and reports the tree changes
+//! for the watch manager and the session changes for the tracker.
+
+use std::collections::HashMap;
+
+use arbor_protocol::{ErrorCode, MultiOp, OpResult, SessionId, Zxid, SESSION_PASSWORD_BYTES};
+
+use crate::tree::{Change, DataTree};
+use crate::txn::{CloseReason, Txn, TxnEntry};
+
+/// A session as the state machine knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub timeout_ms: u32,
+    pub password: [u8; SESSION_PASSWORD_BYTES],
+}
+
+/// A session that began or ended with a txn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionChange {
+    Started {
+        session_id: SessionId,
+        timeout_ms: u32,
+    },
+    Ended {
+        session_id: SessionId,
+        reason: CloseReason,
+    },
+}
+
+/// What applying one entry did.
+#[derive(Debug)]
+pub struct Applied {
+    pub result: Result<OpResult, ErrorCode>,
+    pub changes: Vec<Change>,
+    pub session: Option<SessionChange>,
+}
+
+#[derive(Debug, Default)]
+pub struct StateMachine {
+    pub tree: DataTree,
+    sessions: HashMap<SessionId, SessionRecord>,
+    last_zxid: Zxid,
+}
+
+impl StateMachine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The zxid of the last applied entry.
+    pub fn last_zxid(&self) -> Zxid {
+        self.last_zxid
+    }
+
+    pub fn session(&self, session_id: SessionId) -> Option<&SessionRecord> {
+        self.sessions.get(&session_id)
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Applies one entry. Entries must come in strictly increasing zxid order.
+    pub fn apply(&mut self, entry: &TxnEntry) -> Applied {
+        debug_assert!(entry.zxid > self.last_zxid, "zxids must increase");
+        self.last_zxid = entry.zxid;
+        let (zxid, time_ms) = (entry.zxid, entry.time_ms);
+        let mut changes = Vec::new();
+        let mut session = None;
+        let result = match &entry.txn {
+            Txn::CreateSession {
+                session_id,
+                password,
+                timeout_ms,
+            } => {
+                if self.sessions.contains_key(session_id) {
+                    Err(ErrorCode::SessionMoved)
+                } else {
+                    let record = SessionRecord {
+                        timeout_ms: *timeout_ms,
+                        password: *password,
+                    };
+                    self.sessions.insert(*session_id, record);
+                    session = Some(SessionChange::Started {
+                        session_id: *session_id,
+                        timeout_ms: *timeout_ms,
+                    });
+                    Ok(OpResult::Pong)
+                }
+            }
+            Txn::CloseSession { session_id, reason } => {
+                if self.sessions.remove(session_id).is_some() {
+                    self.tree.remove_ephemerals(*session_id, zxid, &mut changes);
+                    session = Some(SessionChange::Ended {
+                        session_id: *session_id,
+                        reason: *reason,
+                    });
+                    Ok(OpResult::SessionClosed)
+                } else {
+                    Err(ErrorCode::SessionExpired)
+                }
+            }
+            Txn::Create {
+                session_id,
+                path,
+                data,
+                mode,
+            } => {
+                let op = MultiOp::Create {
+                    path: path.clone(),
+                    data: data.clone(),
+                    mode: *mode,
+                };
+                let alive = self.sessions.contains_key(session_id);
+                self.tree
+                    .write(*session_id, alive, op, zxid, time_ms, &mut changes)
+            }
+            Txn::Delete { path, version } => {
+                let op = MultiOp::Delete {
+                    path: path.clone(),
+                    version: *version,
+                };
+                self.tree.write(0, false, op, zxid, time_ms, &mut changes)
+            }
+            Txn::SetData {
+                path,
+                data,
+                version,
+            } => {
+                let op = MultiOp::SetData {
+                    path: path.clone(),
+                    data: data.clone(),
+                    version: *version,
+                };
+                self.tree.write(0, false, op, zxid, time_ms, &mut changes)
+            }
+            Txn::Multi { session_id, ops } => {
+                let alive = self.sessions.contains_key(session_id);
+                let outcomes =
+                    self.tree
+                        .write_multi(*session_id, alive, ops, zxid, time_ms, &mut changes);
+                Ok(OpResult::Multi(outcomes))
+            }
+            Txn::ReapContainer { path } => self
+                .tree
+                .reap_container(path, zxid, &mut changes)
+                .map(|()| OpResult::Deleted),
+            Txn::ReapTtl { path } => self
+                .tree
+                .reap_ttl(path, zxid, time_ms, &mut changes)
+                .map(|()| OpResult::Deleted),
+        };
+        Applied {
+            result,
+            changes,
+            session,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbor_protocol::CreateMode;
+
+    fn entry(zxid: Zxid, txn: Txn) -> TxnEntry {
+        TxnEntry {
+            zxid,
+            time_ms: 1,
+            txn,
+        }
+    }
+
+    fn log() -> Vec<TxnEntry> {
+        vec![
+            entry(
+                1,
+                Txn::CreateSession {
+                    session_id: 9,
+                    password: [1; 16],
+                    timeout_ms: 4000,
+                },
+            ),
+            entry(
+                2,
+                Txn::Create {
+                    session_id: 9,
+                    path: "/a".into(),
+                    data: vec![],
+                    mode: CreateMode::Persistent,
+                },
+            ),
+            entry(
+                3,
+                Txn::Create {
+                    session_id: 9,
+                    path: "/a/e".into(),
+                    data: vec![],
+                    mode: CreateMode::EphemeralSequential,
+                },
+            ),
+            entry(
+                4,
+                Txn::SetData {
+                    path: "/a".into(),
+                    data: b"v".to_vec(),
+                    version: 0,
+                },
+            ),
+            entry(
+                5,
+                Txn::CloseSession {
+                    session_id: 9,
+                    reason: CloseReason::Expired,
+                },
+            ),
+            entry(
+                6,
+                Txn::Create {
+                    session_id: 9,
+                    path: "/late".into(),
+                    data: vec![],
+                    mode: CreateMode::Ephemeral,
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn closing_a_session_deletes_its_ephemerals_and_refuses_new_ones() {
+        let mut sm = StateMachine::new();
+        let applied: Vec<Applied> = log().iter().map(|e| sm.apply(e)).collect();
+        assert!(sm.tree.node("/a/e0000000000").is_none());
+        assert!(applied[4]
+            .changes
+            .contains(&Change::Deleted("/a/e0000000000".into())));
+        assert_eq!(applied[5].result, Err(ErrorCode::SessionExpired));
+        assert_eq!(sm.session_count(), 0);
+        assert_eq!(sm.last_zxid(), 6);
+    }
+
+    #[test]
+    fn replaying_the_same_log_gives_the_same_state() {
+        let (mut one, mut two) = (StateMachine::new(), StateMachine::new());
+        for e in log() {
+            one.apply(&e);
+            two.apply(&e);
+        }
+        let a = one.tree.node("/a").expect("exists");
+        let b = two.tree.node("/a").expect("exists");
+        assert_eq!((a.stat, &a.data), (b.stat, &b.data));
+        assert_eq!(a.stat.version, 1);
+    }
+}

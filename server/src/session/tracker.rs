@@ -1,0 +1,137 @@
+//! Which sessions are alive locally, and when each is due to expire.
+
+use std::collections::HashMap;
+
+use arbor_protocol::SessionId;
+
+use super::ExpiryQueue;
+
+#[derive(Debug, Clone, Copy)]
+struct Tracked {
+    timeout_ms: u32,
+    /// Set once a close or expiry has been proposed: the session takes no new
+    /// ephemerals and is not touched any more.
+    closing: bool,
+}
+
+/// Tracks session deadlines. Methods take the current monotonic time.
+#[derive(Debug)]
+pub struct SessionTracker {
+    sessions: HashMap<SessionId, Tracked>,
+    expiry: ExpiryQueue<SessionId>,
+}
+
+impl SessionTracker {
+    pub fn new(tick_ms: u32) -> Self {
+        Self {
+            sessions: HashMap::new(),
+            expiry: ExpiryQueue::new(u64::from(tick_ms)),
+        }
+    }
+
+    /// Starts tracking a session with a full timeout from `now_ms`.
+    pub fn add(&mut self, session_id: SessionId, timeout_ms: u32, now_ms: u64) {
+        self.sessions.insert(
+            session_id,
+            Tracked {
+                timeout_ms,
+                closing: false,
+            },
+        );
+        self.expiry
+            .update(session_id, now_ms, u64::from(timeout_ms));
+    }
+
+    /// Extends a live session's deadline. False if the session is unknown or
+    /// closing: the caller must treat it as expired.
+    pub fn touch(&mut self, session_id: SessionId, now_ms: u64) -> bool {
+        match self.sessions.get(&session_id) {
+            Some(tracked) if !tracked.closing => {
+                let timeout_ms = u64::from(tracked.timeout_ms);
+                self.expiry.update(session_id, now_ms, timeout_ms);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// True if the session exists and is not closing.
+    pub fn is_active(&self, session_id: SessionId) -> bool {
+        self.sessions.get(&session_id).is_some_and(|t| !t.closing)
+    }
+
+    /// Marks a session as closing. False if it was unknown or already closing,
+    /// so only one close is ever proposed.
+    pub fn start_closing(&mut self, session_id: SessionId) -> bool {
+        match self.sessions.get_mut(&session_id) {
+            Some(tracked) if !tracked.closing => {
+                tracked.closing = true;
+                self.expiry.remove(session_id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets a session whose close has been applied.
+    pub fn remove(&mut self, session_id: SessionId) {
+        self.sessions.remove(&session_id);
+        self.expiry.remove(session_id);
+    }
+
+    /// Sessions whose deadline has passed; each is marked closing.
+    pub fn take_expired(&mut self, now_ms: u64) -> Vec<SessionId> {
+        let expired = self.expiry.poll_expired(now_ms);
+        for id in &expired {
+            if let Some(tracked) = self.sessions.get_mut(id) {
+                tracked.closing = true;
+            }
+        }
+        expired
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_expires_within_timeout_plus_one_tick() {
+        let mut tracker = SessionTracker::new(100);
+        tracker.add(1, 400, 0);
+        assert!(tracker.take_expired(400).is_empty());
+        assert_eq!(tracker.take_expired(500), vec![1]);
+        assert!(!tracker.is_active(1), "expired sessions are closing");
+        assert!(
+            !tracker.touch(1, 500),
+            "a closing session cannot be revived"
+        );
+    }
+
+    #[test]
+    fn touching_keeps_a_session_alive() {
+        let mut tracker = SessionTracker::new(100);
+        tracker.add(1, 400, 0);
+        for now in (0..2_000).step_by(100) {
+            assert!(tracker.touch(1, now));
+            assert!(tracker.take_expired(now).is_empty());
+        }
+    }
+
+    #[test]
+    fn close_is_proposed_once() {
+        let mut tracker = SessionTracker::new(100);
+        tracker.add(1, 400, 0);
+        assert!(tracker.start_closing(1));
+        assert!(!tracker.start_closing(1));
+        assert!(tracker.take_expired(10_000).is_empty());
+    }
+}

@@ -1,0 +1,743 @@
+//! The znodes, their stats, and the indexes the server needs to find
+//! ephemerals, containers and TTL nodes without scanning.
+//!
+//! Every write is checked in full before anything changes: a single op is a
+//! one-op transaction, and a multi is checked op by op against an [`Overlay`]
+//! that records what the earlier ops of the same multi would do. Only when
+//! every op passes are they applied, so a failed write changes nothing.
+
+use std::collections::{BTreeSet, HashMap};
+
+use arbor_protocol::path;
+use arbor_protocol::{
+    CreateMode, ErrorCode, MultiOp, MultiOpOutcome, OpResult, SessionId, Stat, Zxid, ANY_VERSION,
+};
+
+use super::node::{Node, NodeKind};
+use crate::txn::Txn;
+
+/// Children one node may have. A constant, not a setting: apply must give the
+/// same answer on every replay, whatever the configuration of the day.
+pub const CHILDREN_PER_NODE_MAX: u32 = 1 << 20;
+
+/// What a write did to the tree, for the watch manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Created(String),
+    Deleted(String),
+    DataChanged(String),
+    ChildrenChanged(String),
+}
+
+/// The tree of znodes.
+#[derive(Debug)]
+pub struct DataTree {
+    nodes: HashMap<String, Node>,
+    ephemerals: HashMap<SessionId, BTreeSet<String>>,
+    containers: BTreeSet<String>,
+    ttls: BTreeSet<String>,
+}
+
+impl Default for DataTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the checker needs to know of a node, as it will be after the earlier
+/// ops of a multi.
+#[derive(Debug, Clone, Copy)]
+struct Shadow {
+    version: i32,
+    ephemeral: bool,
+    num_children: u32,
+    sequence: u64,
+}
+
+/// The tree as the ops checked so far would leave it.
+struct Overlay<'a> {
+    tree: &'a DataTree,
+    changed: HashMap<String, Option<Shadow>>,
+}
+
+impl<'a> Overlay<'a> {
+    fn new(tree: &'a DataTree) -> Self {
+        Self {
+            tree,
+            changed: HashMap::new(),
+        }
+    }
+
+    fn get(&self, path: &str) -> Option<Shadow> {
+        match self.changed.get(path) {
+            Some(shadow) => *shadow,
+            None => self.tree.nodes.get(path).map(|node| Shadow {
+                version: node.stat.version,
+                ephemeral: node.is_ephemeral(),
+                num_children: node.stat.num_children,
+                sequence: node.sequence,
+            }),
+        }
+    }
+
+    fn set(&mut self, path: &str, shadow: Option<Shadow>) {
+        self.changed.insert(path.to_owned(), shadow);
+    }
+}
+
+fn version_matches(expected: i32, actual: i32) -> bool {
+    expected == ANY_VERSION || expected == actual
+}
+
+impl DataTree {
+    /// A tree holding only the root `/`.
+    pub fn new() -> Self {
+        let root = Node {
+            data: Vec::new(),
+            stat: Stat::default(),
+            kind: NodeKind::Persistent,
+            children: BTreeSet::new(),
+            sequence: 0,
+        };
+        Self {
+            nodes: HashMap::from([("/".to_owned(), root)]),
+            ephemerals: HashMap::new(),
+            containers: BTreeSet::new(),
+            ttls: BTreeSet::new(),
+        }
+    }
+
+    pub fn node(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    /// Number of znodes, the root included.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The ephemerals a session owns, in path order.
+    pub fn ephemerals_of(&self, session_id: SessionId) -> impl Iterator<Item = &String> {
+        self.ephemerals.get(&session_id).into_iter().flatten()
+    }
+
+    /// Runs one txn-level write. `owner_alive` says whether `session_id` may
+    /// create ephemerals (it exists and is not closing).
+    pub fn write_multi(
+        &mut self,
+        session_id: SessionId,
+        owner_alive: bool,
+        ops: &[MultiOp],
+        zxid: Zxid,
+        time_ms: u64,
+        changes: &mut Vec<Change>,
+    ) -> Vec<MultiOpOutcome> {
+        let mut resolved = Vec::with_capacity(ops.len());
+        let mut overlay = Overlay::new(self);
+        for (index, op) in ops.iter().enumerate() {
+            match check_op(&mut overlay, op, owner_alive) {
+                Ok(created) => resolved.push(created),
+                Err(code) => {
+                    return (0..ops.len())
+                        .map(|i| match i.cmp(&index) {
+                            std::cmp::Ordering::Less => MultiOpOutcome::RolledBack,
+                            std::cmp::Ordering::Equal => MultiOpOutcome::Failed(code),
+                            std::cmp::Ordering::Greater => MultiOpOutcome::NotRun,
+                        })
+                        .collect();
+                }
+            }
+        }
+        ops.iter()
+            .zip(resolved)
+            .map(|(op, created)| {
+                MultiOpOutcome::Applied(
+                    self.apply_checked(op, created, session_id, zxid, time_ms, changes),
+                )
+            })
+            .collect()
+    }
+
+    /// Runs a single write op: a one-op multi, with the result unwrapped.
+    pub fn write(
+        &mut self,
+        session_id: SessionId,
+        owner_alive: bool,
+        op: MultiOp,
+        zxid: Zxid,
+        time_ms: u64,
+        changes: &mut Vec<Change>,
+    ) -> Result<OpResult, ErrorCode> {
+        let mut overlay = Overlay::new(self);
+        let created = check_op(&mut overlay, &op, owner_alive)?;
+        Ok(self.apply_checked(&op, created, session_id, zxid, time_ms, changes))
+    }
+
+    /// Applies an op that passed [`check_op`]; it cannot fail.
+    fn apply_checked(
+        &mut self,
+        op: &MultiOp,
+        created: Option<String>,
+        session_id: SessionId,
+        zxid: Zxid,
+        time_ms: u64,
+        changes: &mut Vec<Change>,
+    ) -> OpResult {
+        match op {
+            MultiOp::Check { .. } => OpResult::Checked,
+            MultiOp::Create { data, mode, .. } => {
+                let path = created.expect("check_op resolves the path of every create");
+                let owner = if mode.is_ephemeral() { session_id } else { 0 };
+                let stat = self.insert(&path, data.clone(), *mode, owner, zxid, time_ms, changes);
+                OpResult::Created { path, stat }
+            }
+            MultiOp::Delete { path, .. } => {
+                self.remove(path, zxid, changes);
+                OpResult::Deleted
+            }
+            MultiOp::SetData { path, data, .. } => {
+                let node = self
+                    .nodes
+                    .get_mut(path)
+                    .expect("check_op verified the node exists");
+                node.data.clone_from(data);
+                node.stat.version = node.stat.version.wrapping_add(1);
+                node.stat.mzxid = zxid;
+                node.stat.mtime_ms = time_ms;
+                node.stat.data_length = data.len() as u32;
+                changes.push(Change::DataChanged(path.clone()));
+                OpResult::SetData(node.stat)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert(
+        &mut self,
+        path: &str,
+        data: Vec<u8>,
+        mode: CreateMode,
+        owner: SessionId,
+        zxid: Zxid,
+        time_ms: u64,
+        changes: &mut Vec<Change>,
+    ) -> Stat {
+        let parent_path = path::parent(path).expect("created paths have a parent");
+        let parent = self
+            .nodes
+            .get_mut(parent_path)
+            .expect("check_op verified the parent exists");
+        parent.children.insert(path::name(path).to_owned());
+        parent.stat.num_children += 1;
+        parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
+        parent.stat.pzxid = zxid;
+        if mode.is_sequential() {
+            parent.sequence += 1;
+        }
+        let stat = Stat {
+            czxid: zxid,
+            mzxid: zxid,
+            pzxid: zxid,
+            ctime_ms: time_ms,
+            mtime_ms: time_ms,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: owner,
+            data_length: data.len() as u32,
+            num_children: 0,
+        };
+        let kind = NodeKind::of(mode);
+        match kind {
+            NodeKind::Ephemeral => {
+                self.ephemerals
+                    .entry(owner)
+                    .or_default()
+                    .insert(path.to_owned());
+            }
+            NodeKind::Container => {
+                self.containers.insert(path.to_owned());
+            }
+            NodeKind::Ttl { .. } => {
+                self.ttls.insert(path.to_owned());
+            }
+            NodeKind::Persistent => {}
+        }
+        self.nodes.insert(
+            path.to_owned(),
+            Node {
+                data,
+                stat,
+                kind,
+                children: BTreeSet::new(),
+                sequence: 0,
+            },
+        );
+        changes.push(Change::Created(path.to_owned()));
+        changes.push(Change::ChildrenChanged(parent_path.to_owned()));
+        stat
+    }
+
+    /// Removes a childless node. Returns false if there was nothing to remove.
+    fn remove(&mut self, path: &str, zxid: Zxid, changes: &mut Vec<Change>) -> bool {
+        let Some(node) = self.nodes.remove(path) else {
+            return false;
+        };
+        debug_assert!(node.children.is_empty(), "only childless nodes are removed");
+        match node.kind {
+            NodeKind::Ephemeral => {
+                let owner = node.stat.ephemeral_owner;
+                if let Some(set) = self.ephemerals.get_mut(&owner) {
+                    set.remove(path);
+                    if set.is_empty() {
+                        self.ephemerals.remove(&owner);
+                    }
+                }
+            }
+            NodeKind::Container => {
+                self.containers.remove(path);
+            }
+            NodeKind::Ttl { .. } => {
+                self.ttls.remove(path);
+            }
+            NodeKind::Persistent => {}
+        }
+        if let Some(parent_path) = path::parent(path) {
+            if let Some(parent) = self.nodes.get_mut(parent_path) {
+                parent.children.remove(path::name(path));
+                parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
+                parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
+                parent.stat.pzxid = zxid;
+            }
+            changes.push(Change::Deleted(path.to_owned()));
+            changes.push(Change::ChildrenChanged(parent_path.to_owned()));
+        }
+        true
+    }
+
+    /// Deletes every ephemeral of a session, in path order. Ephemerals never
+    /// have children, so each deletion is a leaf removal.
+    pub fn remove_ephemerals(
+        &mut self,
+        session_id: SessionId,
+        zxid: Zxid,
+        changes: &mut Vec<Change>,
+    ) {
+        let Some(paths) = self.ephemerals.remove(&session_id) else {
+            return;
+        };
+        for path in paths {
+            self.remove(&path, zxid, changes);
+        }
+    }
+
+    /// Deletes a container that has had children and has none now.
+    pub fn reap_container(
+        &mut self,
+        path: &str,
+        zxid: Zxid,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ErrorCode> {
+        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        if node.kind != NodeKind::Container {
+            return Err(ErrorCode::BadArguments);
+        }
+        if node.stat.num_children > 0 || node.stat.cversion == 0 {
+            return Err(ErrorCode::NotEmpty);
+        }
+        self.remove(path, zxid, changes);
+        Ok(())
+    }
+
+    /// Deletes a TTL node that is childless and was not modified for its TTL.
+    pub fn reap_ttl(
+        &mut self,
+        path: &str,
+        zxid: Zxid,
+        time_ms: u64,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ErrorCode> {
+        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        let NodeKind::Ttl { ttl_ms } = node.kind else {
+            return Err(ErrorCode::BadArguments);
+        };
+        if node.stat.num_children > 0 {
+            return Err(ErrorCode::NotEmpty);
+        }
+        if !ttl_elapsed(node, ttl_ms, time_ms) {
+            return Err(ErrorCode::BadVersion);
+        }
+        self.remove(path, zxid, changes);
+        Ok(())
+    }
+
+    /// Txns that would delete the containers and TTL nodes due at `now_ms`,
+    /// at most `limit` of them. Apply checks each again, so a node that gained
+    /// a child or was modified meanwhile stays.
+    pub fn reap_candidates(&self, now_ms: u64, limit: usize) -> Vec<Txn> {
+        let containers = self.containers.iter().filter(|path| {
+            self.nodes
+                .get(*path)
+                .is_some_and(|n| n.stat.num_children == 0 && n.stat.cversion > 0)
+        });
+        let containers = containers.map(|path| Txn::ReapContainer { path: path.clone() });
+        let ttls = self.ttls.iter().filter(|path| {
+            self.nodes.get(*path).is_some_and(|n| match n.kind {
+                NodeKind::Ttl { ttl_ms } => {
+                    n.stat.num_children == 0 && ttl_elapsed(n, ttl_ms, now_ms)
+                }
+                _ => false,
+            })
+        });
+        let ttls = ttls.map(|path| Txn::ReapTtl { path: path.clone() });
+        containers.chain(ttls).take(limit).collect()
+    }
+}
+
+fn ttl_elapsed(node: &Node, ttl_ms: u64, now_ms: u64) -> bool {
+    now_ms.saturating_sub(node.stat.mtime_ms) >= ttl_ms
+}
+
+/// Checks one op against the overlay and records its effect there. For a
+/// create, returns the path it will create (with any sequence suffix).
+fn check_op(
+    overlay: &mut Overlay<'_>,
+    op: &MultiOp,
+    owner_alive: bool,
+) -> Result<Option<String>, ErrorCode> {
+    match op {
+        MultiOp::Check { path, version } => {
+            let node = overlay.get(path).ok_or(ErrorCode::NoNode)?;
+            if !version_matches(*version, node.version) {
+                return Err(ErrorCode::BadVersion);
+            }
+            Ok(None)
+        }
+        MultiOp::Create { path, mode, .. } => {
+            let parent_path = parent_for_create(path, *mode)?;
+            let mut parent = overlay.get(parent_path).ok_or(ErrorCode::NoNode)?;
+            if parent.ephemeral {
+                return Err(ErrorCode::NoChildrenForEphemerals);
+            }
+            if mode.is_ephemeral() && !owner_alive {
+                return Err(ErrorCode::SessionExpired);
+            }
+            let created = if mode.is_sequential() {
+                let suffix = path::sequence_suffix(parent.sequence);
+                parent.sequence += 1;
+                format!("{path}{suffix}")
+            } else {
+                path.clone()
+            };
+            if overlay.get(&created).is_some() {
+                return Err(ErrorCode::NodeExists);
+            }
+            if parent.num_children >= CHILDREN_PER_NODE_MAX {
+                return Err(ErrorCode::LimitExceeded);
+            }
+            parent.num_children += 1;
+            overlay.set(parent_path, Some(parent));
+            let shadow = Shadow {
+                version: 0,
+                ephemeral: mode.is_ephemeral(),
+                num_children: 0,
+                sequence: 0,
+            };
+            overlay.set(&created, Some(shadow));
+            Ok(Some(created))
+        }
+        MultiOp::Delete { path, version } => {
+            let parent_path = path::parent(path).ok_or(ErrorCode::BadArguments)?;
+            let node = overlay.get(path).ok_or(ErrorCode::NoNode)?;
+            if !version_matches(*version, node.version) {
+                return Err(ErrorCode::BadVersion);
+            }
+            if node.num_children > 0 {
+                return Err(ErrorCode::NotEmpty);
+            }
+            let mut parent = overlay.get(parent_path).ok_or(ErrorCode::Internal)?;
+            parent.num_children = parent.num_children.saturating_sub(1);
+            overlay.set(parent_path, Some(parent));
+            overlay.set(path, None);
+            Ok(None)
+        }
+        MultiOp::SetData { path, version, .. } => {
+            let mut node = overlay.get(path).ok_or(ErrorCode::NoNode)?;
+            if !version_matches(*version, node.version) {
+                return Err(ErrorCode::BadVersion);
+            }
+            node.version = node.version.wrapping_add(1);
+            overlay.set(path, Some(node));
+            Ok(None)
+        }
+    }
+}
+
+/// The parent a create adds to. A sequential prefix may end in `/` (the new
+/// name is then only the suffix); `/` itself always exists.
+fn parent_for_create(path: &str, mode: CreateMode) -> Result<&str, ErrorCode> {
+    if mode.is_sequential() && path.ends_with('/') {
+        return Ok(if path.len() == 1 {
+            "/"
+        } else {
+            &path[..path.len() - 1]
+        });
+    }
+    path::parent(path).ok_or(ErrorCode::NodeExists)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 1_000;
+
+    fn create(
+        tree: &mut DataTree,
+        path: &str,
+        mode: CreateMode,
+        zxid: Zxid,
+    ) -> Result<String, ErrorCode> {
+        let op = MultiOp::Create {
+            path: path.into(),
+            data: b"x".to_vec(),
+            mode,
+        };
+        match tree.write(7, true, op, zxid, T, &mut Vec::new())? {
+            OpResult::Created { path, .. } => Ok(path),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn create_sets_stat_and_parent_counters() {
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", CreateMode::Persistent, 5).expect("created");
+        create(&mut tree, "/a/b", CreateMode::Persistent, 6).expect("created");
+        let a = tree.node("/a").expect("exists");
+        assert_eq!((a.stat.czxid, a.stat.mzxid, a.stat.pzxid), (5, 5, 6));
+        assert_eq!(
+            (a.stat.cversion, a.stat.num_children, a.stat.data_length),
+            (1, 1, 1)
+        );
+        let b = tree.node("/a/b").expect("exists");
+        assert_eq!((b.stat.czxid, b.stat.pzxid, b.stat.ctime_ms), (6, 6, T));
+    }
+
+    #[test]
+    fn create_errors_match_zookeeper() {
+        let mut tree = DataTree::new();
+        assert_eq!(
+            create(&mut tree, "/a/b", CreateMode::Persistent, 1),
+            Err(ErrorCode::NoNode)
+        );
+        create(&mut tree, "/e", CreateMode::Ephemeral, 2).expect("created");
+        assert_eq!(
+            create(&mut tree, "/e/x", CreateMode::Persistent, 3),
+            Err(ErrorCode::NoChildrenForEphemerals)
+        );
+        assert_eq!(
+            create(&mut tree, "/e", CreateMode::Persistent, 4),
+            Err(ErrorCode::NodeExists)
+        );
+        assert_eq!(
+            create(&mut tree, "/", CreateMode::Persistent, 4),
+            Err(ErrorCode::NodeExists)
+        );
+        let op = MultiOp::Create {
+            path: "/dead".into(),
+            data: vec![],
+            mode: CreateMode::Ephemeral,
+        };
+        assert_eq!(
+            tree.write(9, false, op, 5, T, &mut Vec::new()),
+            Err(ErrorCode::SessionExpired)
+        );
+    }
+
+    #[test]
+    fn sequential_suffixes_come_from_the_parent_counter() {
+        let mut tree = DataTree::new();
+        create(&mut tree, "/q", CreateMode::Persistent, 1).expect("created");
+        let a = create(&mut tree, "/q/n-", CreateMode::PersistentSequential, 2).expect("created");
+        create(&mut tree, "/q/plain", CreateMode::Persistent, 3).expect("created");
+        let b = create(&mut tree, "/q/", CreateMode::EphemeralSequential, 4).expect("created");
+        assert_eq!(a, "/q/n-0000000000");
+        assert_eq!(b, "/q/0000000001");
+    }
+
+    #[test]
+    fn delete_checks_version_and_children() {
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", CreateMode::Persistent, 1).expect("created");
+        create(&mut tree, "/a/b", CreateMode::Persistent, 2).expect("created");
+        let del = |path: &str, version| MultiOp::Delete {
+            path: path.into(),
+            version,
+        };
+        let mut ch = Vec::new();
+        assert_eq!(
+            tree.write(7, true, del("/a", -1), 3, T, &mut ch),
+            Err(ErrorCode::NotEmpty)
+        );
+        assert_eq!(
+            tree.write(7, true, del("/a/b", 4), 3, T, &mut ch),
+            Err(ErrorCode::BadVersion)
+        );
+        assert_eq!(
+            tree.write(7, true, del("/nope", -1), 3, T, &mut ch),
+            Err(ErrorCode::NoNode)
+        );
+        assert!(ch.is_empty(), "failed writes change nothing");
+        tree.write(7, true, del("/a/b", 0), 3, T, &mut ch)
+            .expect("deleted");
+        assert_eq!(
+            ch,
+            vec![
+                Change::Deleted("/a/b".into()),
+                Change::ChildrenChanged("/a".into())
+            ]
+        );
+        let a = tree.node("/a").expect("exists");
+        assert_eq!(
+            (a.stat.num_children, a.stat.cversion, a.stat.pzxid),
+            (0, 2, 3)
+        );
+    }
+
+    #[test]
+    fn multi_is_all_or_nothing() {
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", CreateMode::Persistent, 1).expect("created");
+        let ops = vec![
+            MultiOp::Create {
+                path: "/b".into(),
+                data: vec![],
+                mode: CreateMode::Persistent,
+            },
+            MultiOp::SetData {
+                path: "/a".into(),
+                data: b"new".to_vec(),
+                version: 0,
+            },
+            MultiOp::Check {
+                path: "/a".into(),
+                version: 0,
+            },
+            MultiOp::Delete {
+                path: "/a".into(),
+                version: -1,
+            },
+        ];
+        let mut changes = Vec::new();
+        let outcomes = tree.write_multi(7, true, &ops, 2, T, &mut changes);
+        assert_eq!(
+            outcomes,
+            vec![
+                MultiOpOutcome::RolledBack,
+                MultiOpOutcome::RolledBack,
+                MultiOpOutcome::Failed(ErrorCode::BadVersion),
+                MultiOpOutcome::NotRun,
+            ]
+        );
+        assert!(changes.is_empty());
+        assert!(tree.node("/b").is_none());
+        assert_eq!(tree.node("/a").expect("exists").data, b"x");
+    }
+
+    #[test]
+    fn multi_ops_see_earlier_ops() {
+        let mut tree = DataTree::new();
+        let ops = vec![
+            MultiOp::Create {
+                path: "/p".into(),
+                data: vec![],
+                mode: CreateMode::Persistent,
+            },
+            MultiOp::Create {
+                path: "/p/c".into(),
+                data: vec![],
+                mode: CreateMode::Persistent,
+            },
+            MultiOp::SetData {
+                path: "/p/c".into(),
+                data: b"1".to_vec(),
+                version: 0,
+            },
+            MultiOp::Check {
+                path: "/p/c".into(),
+                version: 1,
+            },
+            MultiOp::Delete {
+                path: "/p/c".into(),
+                version: 1,
+            },
+        ];
+        let outcomes = tree.write_multi(7, true, &ops, 2, T, &mut Vec::new());
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, MultiOpOutcome::Applied(_))),
+            "{outcomes:?}"
+        );
+        assert!(tree.node("/p/c").is_none());
+        assert_eq!(tree.node("/p").expect("exists").stat.cversion, 2);
+    }
+
+    #[test]
+    fn ephemerals_go_with_their_session() {
+        let mut tree = DataTree::new();
+        create(&mut tree, "/e1", CreateMode::Ephemeral, 1).expect("created");
+        create(&mut tree, "/e2", CreateMode::EphemeralSequential, 2).expect("created");
+        assert_eq!(tree.ephemerals_of(7).count(), 2);
+        let mut changes = Vec::new();
+        tree.remove_ephemerals(7, 3, &mut changes);
+        assert_eq!(tree.len(), 1);
+        assert!(changes.contains(&Change::Deleted("/e1".into())));
+    }
+
+    #[test]
+    fn containers_and_ttl_nodes_are_reaped_only_when_due() {
+        let mut tree = DataTree::new();
+        create(&mut tree, "/c", CreateMode::Container, 1).expect("created");
+        create(
+            &mut tree,
+            "/t",
+            CreateMode::PersistentWithTtl { ttl_ms: 500 },
+            2,
+        )
+        .expect("created");
+        assert!(
+            tree.reap_candidates(T + 499, 10).is_empty(),
+            "fresh container, young ttl"
+        );
+        create(&mut tree, "/c/x", CreateMode::Persistent, 3).expect("created");
+        let del = MultiOp::Delete {
+            path: "/c/x".into(),
+            version: -1,
+        };
+        tree.write(7, true, del, 4, T, &mut Vec::new())
+            .expect("deleted");
+        let due = tree.reap_candidates(T + 500, 10);
+        assert_eq!(
+            due,
+            vec![
+                Txn::ReapContainer { path: "/c".into() },
+                Txn::ReapTtl { path: "/t".into() }
+            ]
+        );
+        assert_eq!(
+            tree.reap_ttl("/t", 5, T + 10, &mut Vec::new()),
+            Err(ErrorCode::BadVersion)
+        );
+        tree.reap_container("/c", 5, &mut Vec::new())
+            .expect("reaped");
+        tree.reap_ttl("/t", 6, T + 500, &mut Vec::new())
+            .expect("reaped");
+        assert_eq!(tree.len(), 1);
+    }
+}

@@ -1,0 +1,12 @@
+//! The znode tree: pure data, no I/O, no clock, no locks.
+//!
+//! [`DataTree`] is the deterministic heart of the state machine. Every
+//! mutation takes the zxid and wall time of the txn that causes it and
+//! reports what changed as [`Change`]s, from which the watch manager makes
+//! events. Nothing here knows about sessions beyond the ids it is given.
+
+mod data_tree;
+mod node;
+
+pub use data_tree::{Change, DataTree, CHILDREN_PER_NODE_MAX};
+pub use node::{Node, NodeKind};

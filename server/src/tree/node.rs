@@ -1,0 +1,49 @@
+//! One znode.
+
+use std::collections::BTreeSet;
+
+use arbor_protocol::{CreateMode, Stat};
+
+/// What kind of node this is; decides when the server deletes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    Persistent,
+    /// Owned by `stat.ephemeral_owner`; deleted when that session ends.
+    Ephemeral,
+    /// Deleted by the reaper once it has had children and has none left.
+    Container,
+    /// Deleted by the reaper once childless and unmodified for `ttl_ms`.
+    Ttl {
+        ttl_ms: u64,
+    },
+}
+
+impl NodeKind {
+    pub fn of(mode: CreateMode) -> NodeKind {
+        match mode {
+            CreateMode::Persistent | CreateMode::PersistentSequential => NodeKind::Persistent,
+            CreateMode::Ephemeral | CreateMode::EphemeralSequential => NodeKind::Ephemeral,
+            CreateMode::Container => NodeKind::Container,
+            CreateMode::PersistentWithTtl { ttl_ms }
+            | CreateMode::PersistentSequentialWithTtl { ttl_ms } => NodeKind::Ttl { ttl_ms },
+        }
+    }
+}
+
+/// A znode: its data, its stat, and the names of its children (sorted, so
+/// listings and snapshots are deterministic).
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub data: Vec<u8>,
+    pub stat: Stat,
+    pub kind: NodeKind,
+    pub children: BTreeSet<String>,
+    /// The next sequence number a sequential child of this node gets.
+    pub sequence: u64,
+}
+
+impl Node {
+    pub fn is_ephemeral(&self) -> bool {
+        self.kind == NodeKind::Ephemeral
+    }
+}

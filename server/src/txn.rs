@@ -1,0 +1,67 @@
+//! Transactions: requests with everything non-deterministic fixed.
+//!
+//! Prep turns a client request into a [`Txn`]; the commit step gives it the
+//! next zxid and makes it durable as a [`TxnEntry`]; apply executes it against
+//! the state machine. Apply reads nothing but the entry and the current state,
+//! so the same entries replayed in zxid order rebuild the same state.
+
+use arbor_protocol::{CreateMode, MultiOp, SessionId, Zxid, SESSION_PASSWORD_BYTES};
+use bincode::{Decode, Encode};
+
+/// A deterministic change to the state machine.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Txn {
+    /// Opens a session (id and password were drawn by prep).
+    CreateSession {
+        session_id: SessionId,
+        password: [u8; SESSION_PASSWORD_BYTES],
+        timeout_ms: u32,
+    },
+    /// Ends a session, deleting its ephemerals (closed by the client, or expired).
+    CloseSession {
+        session_id: SessionId,
+        reason: CloseReason,
+    },
+    Create {
+        session_id: SessionId,
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+    },
+    Delete {
+        path: String,
+        version: i32,
+    },
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: i32,
+    },
+    Multi {
+        session_id: SessionId,
+        ops: Vec<MultiOp>,
+    },
+    /// Deletes a container if it has had children and has none now.
+    ReapContainer {
+        path: String,
+    },
+    /// Deletes a TTL node if it has no children and was not modified for its TTL.
+    ReapTtl {
+        path: String,
+    },
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub enum CloseReason {
+    Closed,
+    Expired,
+}
+
+/// A txn in the total order: its zxid and the wall time prep fixed for it.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct TxnEntry {
+    pub zxid: Zxid,
+    pub time_ms: u64,
+    pub txn: Txn,
+}

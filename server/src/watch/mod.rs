@@ -1,0 +1,5 @@
+//! Watches: who wants to hear about which path.
+
+mod manager;
+
+pub use manager::{WatchKind, WatchManager};
