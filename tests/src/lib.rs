@@ -1,0 +1,274 @@
+//! Test harness: real `arbord` processes on 127.0.0.1 ephemeral ports, and a
+//! raw protocol connection for tests that must speak bytes the client never
+//! would.
+//!
+//! Every server is started with `--exit-on-stdin-close`, so it stops by itself
+//! when the test process goes away, however that happens.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arbor_protocol::codec;
+use arbor_protocol::frame::{encode_frame, FrameDecoder};
+use arbor_protocol::{
+    ClientMessage, ConnectRequest, ConnectResponse, ErrorCode, Op, OpResult, ServerMessage,
+    SessionCredentials, WatchEvent, Zxid, PROTOCOL_VERSION,
+};
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::codec::Decoder;
+
+/// The tick tests run servers with: session timeouts clamp to [400, 4000] ms.
+pub const TEST_TICK_MS: u32 = 200;
+
+/// How long a test waits for any single answer before failing.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+/// A running `arbord` child process.
+pub struct TestServer {
+    child: Child,
+    _stdin: Option<ChildStdin>,
+    addr: String,
+    data_dir: PathBuf,
+}
+
+/// Where the `arbord` binary is: `ARBORD_BIN`, or beside the test executable
+/// (`cargo test --workspace` builds it, because arbor-server has
+/// integration tests).
+pub fn arbord_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("ARBORD_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executables live in target/<profile>/deps");
+    let path = dir.join(format!("arbord{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p arbor-server` (or `cargo test --workspace`) first",
+        path.display()
+    );
+    path
+}
+
+impl TestServer {
+    /// Starts a server with the test tick and a fresh data directory.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra flags.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let data_dir = std::env::temp_dir().join(format!(
+            "arbor-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let tick = TEST_TICK_MS.to_string();
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--tick-ms",
+            &tick,
+            "--reap-interval-ms",
+            "100",
+            "--exit-on-stdin-close",
+            "--data-dir",
+        ];
+        let dir = data_dir.to_string_lossy().into_owned();
+        args.push(&dir);
+        args.extend_from_slice(extra);
+        let stderr = if std::env::var_os("ARBOR_TEST_LOG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        };
+        let mut child = Command::new(arbord_path())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("arbord starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("arbord prints its address");
+        let addr = line
+            .trim()
+            .strip_prefix("arbord listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from arbord: {line:?}"))
+            .to_owned();
+        let stdin = child.stdin.take();
+        Self {
+            child,
+            _stdin: stdin,
+            addr,
+            data_dir,
+        }
+    }
+
+    /// `host:port` of the server.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns its status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM failed");
+        self.child.wait().expect("arbord exits")
+    }
+
+    /// Waits for a process already signalled to exit.
+    pub fn terminate_wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("arbord exits")
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// A connection that speaks the wire protocol directly.
+pub struct RawConnection {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    buf: BytesMut,
+    /// Events received while waiting for replies.
+    pub events: Vec<WatchEvent>,
+    next_xid: u64,
+}
+
+/// What a raw handshake produced.
+pub type Handshake = Result<ConnectResponse, (ErrorCode, String)>;
+
+impl RawConnection {
+    /// Opens a TCP connection without a handshake.
+    pub async fn open(addr: &str) -> Self {
+        let stream = TcpStream::connect(addr).await.expect("connects");
+        Self {
+            stream,
+            decoder: FrameDecoder::new(64 * 1024 * 1024),
+            buf: BytesMut::new(),
+            events: Vec::new(),
+            next_xid: 1,
+        }
+    }
+
+    /// Opens a connection and a new session.
+    pub async fn session(addr: &str, timeout_ms: u32) -> (Self, ConnectResponse) {
+        let mut conn = Self::open(addr).await;
+        let response = conn
+            .handshake(timeout_ms, None, 0)
+            .await
+            .expect("session opens");
+        (conn, response)
+    }
+
+    /// Sends the handshake and reads its answer.
+    pub async fn handshake(
+        &mut self,
+        timeout_ms: u32,
+        resume: Option<SessionCredentials>,
+        last_zxid_seen: Zxid,
+    ) -> Handshake {
+        self.send(&ClientMessage::Connect(ConnectRequest {
+            protocol_version: PROTOCOL_VERSION,
+            last_zxid_seen,
+            session_timeout_ms: timeout_ms,
+            session: resume,
+        }))
+        .await;
+        match self.recv().await {
+            Some(ServerMessage::Connected(response)) => Ok(response),
+            Some(ServerMessage::Closing { code, message }) => Err((code, message)),
+            other => panic!("unexpected handshake answer {other:?}"),
+        }
+    }
+
+    pub async fn send(&mut self, message: &ClientMessage) {
+        let mut out = Vec::new();
+        encode_frame(message, usize::MAX, &mut out).expect("encodes");
+        self.send_bytes(&out).await;
+    }
+
+    /// Writes raw bytes; errors are ignored (the server may have closed).
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes).await;
+    }
+
+    /// The next message, or `None` once the server closed the connection.
+    pub async fn recv(&mut self) -> Option<ServerMessage> {
+        loop {
+            if let Some(frame) = self.decoder.decode(&mut self.buf).expect("valid frame") {
+                return Some(codec::decode(&frame).expect("valid message"));
+            }
+            let read = tokio::time::timeout(ANSWER_TIMEOUT, self.stream.read_buf(&mut self.buf))
+                .await
+                .expect("server answers in time");
+            match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Sends a request and waits for its reply, keeping events on the side.
+    pub async fn request(&mut self, op: Op) -> (Result<OpResult, ErrorCode>, Zxid) {
+        let xid = self.next_xid;
+        self.next_xid += 1;
+        self.send(&ClientMessage::Request { xid, op }).await;
+        loop {
+            match self.recv().await {
+                Some(ServerMessage::Reply {
+                    xid: got,
+                    zxid,
+                    result,
+                }) => {
+                    assert_eq!(got, xid, "replies come in request order");
+                    return (result, zxid);
+                }
+                Some(ServerMessage::Event(event)) => self.events.push(event),
+                other => panic!("unexpected message {other:?}"),
+            }
+        }
+    }
+
+    /// Reads until the server closes; returns the `Closing` it sent, if any.
+    pub async fn closing(&mut self) -> Option<(ErrorCode, String)> {
+        let mut said = None;
+        while let Some(message) = self.recv().await {
+            if let ServerMessage::Closing { code, message } = message {
+                said = Some((code, message));
+            }
+        }
+        said
+    }
+}

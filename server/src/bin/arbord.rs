@@ -1,7 +1,7 @@
 //! `arbord`: parses flags, sets up logging, and runs the server until SIGINT
 //! or SIGTERM.
 
-use std::io::Write;
+use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -38,6 +38,10 @@ struct Args {
     /// How often containers and TTL nodes are checked for deletion.
     #[arg(long, default_value_t = 1000)]
     reap_interval_ms: u64,
+    /// Shut down when standard input reaches end of file: a supervisor or
+    /// test harness that dies takes its server with it.
+    #[arg(long)]
+    exit_on_stdin_close: bool,
 }
 
 impl Args {
@@ -64,6 +68,7 @@ fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let config = args.config();
     config.validate().context("invalid settings")?;
@@ -86,13 +91,43 @@ fn main() -> anyhow::Result<()> {
         std::io::stdout()
             .flush()
             .context("cannot write to stdout")?;
-        arbor_server::run(listener, config, shutdown_signal()).await?;
+        let stdin_closed = args.exit_on_stdin_close.then(stdin_closed);
+        arbor_server::run(listener, config, shutdown_signal(stdin_closed)).await?;
         Ok(())
     })
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Completes when standard input is closed (a reader thread, since tokio's
+/// stdin would keep the runtime from stopping).
+fn stdin_closed() -> tokio::sync::oneshot::Receiver<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 256];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    rx
+}
+
+/// Completes on SIGINT, SIGTERM, or (if asked) the end of standard input.
+async fn shutdown_signal(stdin_closed: Option<tokio::sync::oneshot::Receiver<()>>) {
+    let stdin_closed = async move {
+        match stdin_closed {
+            Some(rx) => {
+                let _ = rx.await;
+                tracing::info!("standard input closed");
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = signals() => tracing::info!("signal received"),
+        () = stdin_closed => {}
+    }
+}
+
+async fn signals() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -112,5 +147,4 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-    tracing::info!("signal received");
 }
