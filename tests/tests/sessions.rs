@@ -46,11 +46,9 @@ async fn a_silent_session_expires_within_timeout_plus_one_tick() {
     assert!(matches!(armed, Ok(OpResult::Exists(Some(_)))));
     // The silent client keeps its socket open but stops heartbeating.
     let stopped = Instant::now();
-    let event = loop {
-        match watcher.recv().await.expect("watcher stays connected") {
-            arbor_protocol::ServerMessage::Event(event) => break event,
-            other => panic!("unexpected {other:?}"),
-        }
+    let event = match watcher.recv().await.expect("watcher stays connected") {
+        arbor_protocol::ServerMessage::Event(event) => event,
+        other => panic!("unexpected {other:?}"),
     };
     let waited = stopped.elapsed();
     assert_eq!(
@@ -133,12 +131,13 @@ async fn closing_a_session_deletes_its_ephemerals_at_once() {
     let (mut owner, _) = RawConnection::session(server.addr(), 4000).await;
     create_ephemeral(&mut owner, "/e").await;
     let (mut watcher, _) = RawConnection::session(server.addr(), 4000).await;
-    watcher
+    let armed = watcher
         .request(Op::Exists {
             path: "/e".into(),
             watch: true,
         })
         .await;
+    assert!(matches!(armed.0, Ok(OpResult::Exists(Some(_)))));
     assert_eq!(
         owner.request(Op::CloseSession).await.0,
         Ok(OpResult::SessionClosed)
