@@ -56,7 +56,47 @@ pub fn arbord_path() -> PathBuf {
         "{} is missing: run `cargo build -p arbor-server` (or `cargo test --workspace`) first",
         path.display()
     );
+    assert_fresh(&path);
     path
+}
+
+/// Refuses to test a binary older than its sources: `cargo test -p
+/// arbor-tests` alone does not rebuild `arbord`, and a stale one would make
+/// tests pass or fail for code that no longer exists.
+fn assert_fresh(binary: &Path) {
+    let built = std::fs::metadata(binary)
+        .and_then(|m| m.modified())
+        .expect("binary has a modification time");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace");
+    for crate_dir in ["server/src", "protocol/src"] {
+        if let Some(newer) = newer_source(&workspace.join(crate_dir), built) {
+            panic!(
+                "{} is older than {}: run `cargo build -p arbor-server` (or `cargo test --workspace`)",
+                binary.display(),
+                newer.display()
+            );
+        }
+    }
+}
+
+fn newer_source(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(newer) = newer_source(&path, than) {
+                return Some(newer);
+            }
+        } else if entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| m > than)
+        {
+            return Some(path);
+        }
+    }
+    None
 }
 
 impl TestServer {

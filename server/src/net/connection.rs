@@ -360,7 +360,13 @@ async fn read_loop<S: AsyncRead>(
             }
         };
         let (item, last) = classify(shared, session_id, xid, op).await;
-        if pending.send(item).await.is_err() || last {
+        // A full queue means the client is not reading its answers; waiting
+        // here is the back-pressure, but a closing connection must not wait.
+        let queued = tokio::select! {
+            sent = pending.send(item) => sent.is_ok(),
+            () = closer.cancelled() => false,
+        };
+        if !queued || last {
             return;
         }
     }
@@ -476,7 +482,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(_) => break,
             }
         }
-        if let Err(err) = sink.write_all(&buf).await {
+        // A client that stops reading must not pin the connection forever:
+        // once the connection is told to close, a blocked write is abandoned.
+        let written = tokio::select! {
+            biased;
+            written = sink.write_all(&buf) => written,
+            () = closer.cancelled() => break 'write,
+        };
+        if let Err(err) = written {
             debug!(error = %err, "write failed");
             break 'write;
         }
