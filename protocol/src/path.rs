@@ -2,7 +2,9 @@
 //!
 //! A path is absolute (`/` or `/a/b`), has no trailing slash, no empty, `.` or
 //! `..` segment, and no control characters (U+0000–U+001F, U+007F–U+009F) or
-//! the non-characters ZooKeeper also refuses (U+D800–U+F8FF, U+FFF0–U+FFFF).
+//! the characters ZooKeeper also refuses: the private-use area U+E000–U+F8FF
+//! and U+FFF0–U+FFFF. (ZooKeeper's U+D800–U+DFFF surrogates cannot occur in a
+//! Rust string at all.)
 
 /// The longest path accepted, in bytes. ZooKeeper has no such limit and so a
 /// client can make the server hold arbitrarily long keys; we name one.
@@ -71,7 +73,7 @@ pub fn validate_sequential_prefix(path: &str) -> Result<(), PathError> {
 }
 
 fn is_forbidden(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{f000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
 }
 
 /// The parent of a valid path other than `/`; `None` for `/`.
@@ -142,6 +144,7 @@ mod tests {
             ("/a\u{0}", PathError::ForbiddenCharacter(0)),
             ("/a\nb", PathError::ForbiddenCharacter(10)),
             ("/\u{fff5}", PathError::ForbiddenCharacter(0xfff5)),
+            ("/\u{e000}", PathError::ForbiddenCharacter(0xe000)),
         ];
         for (path, want) in cases {
             assert_eq!(validate(path), Err(want), "{path:?}");

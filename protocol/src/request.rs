@@ -28,10 +28,20 @@ pub struct ConnectRequest {
 }
 
 /// What a client needs to resume its session on a new connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Encode, Decode)]
 pub struct SessionCredentials {
     pub id: SessionId,
     pub password: [u8; SESSION_PASSWORD_BYTES],
+}
+
+/// Never prints the password: credentials end up in logs.
+impl std::fmt::Debug for SessionCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCredentials")
+            .field("id", &format_args!("{:#x}", self.id))
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The kinds of znode a create can make.

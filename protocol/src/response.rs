@@ -24,7 +24,7 @@ pub enum ServerMessage {
 }
 
 /// The session a connection now serves, and the server's limits.
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+#[derive(Clone, PartialEq, Eq, Encode, Decode)]
 pub struct ConnectResponse {
     pub protocol_version: u32,
     pub session_id: SessionId,
@@ -34,6 +34,20 @@ pub struct ConnectResponse {
     /// The server's last applied zxid.
     pub zxid: Zxid,
     pub limits: ServerLimits,
+}
+
+/// Never prints the password: responses end up in logs.
+impl std::fmt::Debug for ConnectResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectResponse")
+            .field("protocol_version", &self.protocol_version)
+            .field("session_id", &format_args!("{:#x}", self.session_id))
+            .field("password", &"<redacted>")
+            .field("session_timeout_ms", &self.session_timeout_ms)
+            .field("zxid", &self.zxid)
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 /// Limits a client should respect to avoid being refused.

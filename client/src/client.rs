@@ -1,0 +1,599 @@
+//! The public handle: [`Client`] and its calls.
+//!
+//! A `Client` is cheap to clone; every clone talks to the same connection task
+//! (see `connection`) through a bounded channel. A call checks what it can
+//! locally (path syntax, data size), takes an in-flight slot (waiting if
+//! `max_in_flight` requests are already out: back-pressure), hands the request
+//! to the task, and turns the reply into a typed result.
+//!
+//! Watching calls register their local watcher *before* the request leaves, so
+//! an event that overtakes the reply still finds it; if the request fails the
+//! watcher is removed again (by the task while it handles the reply, and by the
+//! handle's `Drop` if the caller goes away).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arbor_protocol::path::{self, PathError};
+use arbor_protocol::{
+    AddWatchMode, ChildEntry, CreateMode, MultiOp, MultiOpOutcome, Op, OpResult, ServerLimits,
+    SessionCredentials, SessionId, Stat, WatcherKind, Zxid, ANY_VERSION,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::connection::{self, Command, Connection, Effect, Reply};
+use crate::error::{Ended, Error};
+use crate::options::ClientOptions;
+use crate::session::Shared;
+use crate::watch::{OneshotWatch, PersistentWatch, Table};
+
+/// A session with an Arbor server.
+///
+/// Clones share the session. When the last clone is dropped the session is
+/// closed best-effort (the client sends `CloseSession` and waits up to a second
+/// for the answer), so its ephemeral nodes go away promptly rather than after
+/// the session timeout.
+///
+/// This version does not reconnect: once the connection is lost every call in
+/// flight and every later call fails with [`Error::ConnectionLoss`], and open
+/// watches end with it. Connect a new client (optionally resuming the session
+/// with [`ClientOptions::with_resume`] and [`Client::credentials`]) to go on.
+#[derive(Clone)]
+pub struct Client {
+    commands: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("session_id", &format_args!("{:#x}", self.session_id()))
+            .field("last_zxid", &self.last_zxid())
+            .field("ended", &self.shared.ended())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Opens (or, with [`ClientOptions::resume`], resumes) a session.
+    ///
+    /// `connect_string` is a comma-separated list of `host:port`; the servers
+    /// are tried in order, each for at most `connect_timeout`. Fails with
+    /// [`Error::Connect`] when none can be reached, [`Error::SessionExpired`]
+    /// when a resumed session is no longer known, and
+    /// [`Error::BadArguments`] for invalid options.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), arbor_client::Error> {
+    /// use arbor_client::{Client, ClientOptions};
+    ///
+    /// let client = Client::connect("10.0.0.1:7181,10.0.0.2:7181", ClientOptions::default()).await?;
+    /// println!("session {:#x}", client.session_id());
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(connect_string: &str, options: ClientOptions) -> Result<Client, Error> {
+        options.validate()?;
+        let established = connection::connect(connect_string, &options).await?;
+        let shared = Arc::new(Shared::new(&established.response, options.max_in_flight));
+        // Every command holds an in-flight permit, so this never fills up.
+        let (commands, receiver) = mpsc::channel(options.max_in_flight);
+        Connection::spawn(established, receiver, shared.clone(), options.max_in_flight);
+        Ok(Client { commands, shared })
+    }
+
+    /// The session id, as chosen by the server.
+    pub fn session_id(&self) -> SessionId {
+        self.shared.session_id()
+    }
+
+    /// What another client needs to resume this session
+    /// ([`ClientOptions::with_resume`]).
+    pub fn credentials(&self) -> SessionCredentials {
+        self.shared.session().credentials
+    }
+
+    /// The session timeout the server granted.
+    pub fn session_timeout(&self) -> Duration {
+        self.shared.session().timeout
+    }
+
+    /// The newest zxid seen in any reply or event. Never decreases.
+    pub fn last_zxid(&self) -> Zxid {
+        self.shared.last_zxid()
+    }
+
+    /// The server's limits, as announced in the handshake.
+    pub fn server_limits(&self) -> ServerLimits {
+        self.shared.session().limits
+    }
+
+    /// Creates a node and returns its actual path (with the sequence suffix
+    /// for sequential modes).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// use arbor_client::CreateMode;
+    ///
+    /// let path = client.create("/jobs/job-", b"payload".to_vec(), CreateMode::PersistentSequential).await?;
+    /// assert!(path.starts_with("/jobs/job-"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn create(
+        &self,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+        mode: CreateMode,
+    ) -> Result<String, Error> {
+        let (created, _stat) = self.create_with_stat(path, data, mode).await?;
+        Ok(created)
+    }
+
+    /// Like [`Client::create`], also returning the new node's stat (its
+    /// `czxid` is a fencing token).
+    pub async fn create_with_stat(
+        &self,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+        mode: CreateMode,
+    ) -> Result<(String, Stat), Error> {
+        let data = data.into();
+        check_create_path(path, mode)?;
+        self.check_data(&data)?;
+        let op = Op::Create {
+            path: path.to_owned(),
+            data,
+            mode,
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Created { path, stat } => Ok((path, stat)),
+            other => Err(unexpected("create", &other)),
+        }
+    }
+
+    /// Deletes a node if its version is `version` (`None`: any version).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// client.delete("/config/old", None).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete(&self, path: &str, version: Option<i32>) -> Result<(), Error> {
+        check_path(path)?;
+        let op = Op::Delete {
+            path: path.to_owned(),
+            version: version.unwrap_or(ANY_VERSION),
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Deleted => Ok(()),
+            other => Err(unexpected("delete", &other)),
+        }
+    }
+
+    /// Replaces a node's data if its version is `version` (`None`: any
+    /// version); returns the new stat.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// let (_, stat) = client.get_data("/config").await?;
+    /// // Compare-and-set: fails with Error::BadVersion if someone wrote in between.
+    /// client.set_data("/config", b"v2".to_vec(), Some(stat.version)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_data(
+        &self,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+        version: Option<i32>,
+    ) -> Result<Stat, Error> {
+        let data = data.into();
+        check_path(path)?;
+        self.check_data(&data)?;
+        let op = Op::SetData {
+            path: path.to_owned(),
+            data,
+            version: version.unwrap_or(ANY_VERSION),
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::SetData(stat) => Ok(stat),
+            other => Err(unexpected("set_data", &other)),
+        }
+    }
+
+    /// A node's data and stat.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// let (data, stat) = client.get_data("/config").await?;
+    /// println!("{} bytes at version {}", data.len(), stat.version);
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_data(&self, path: &str) -> Result<(Vec<u8>, Stat), Error> {
+        check_path(path)?;
+        let op = Op::GetData {
+            path: path.to_owned(),
+            watch: false,
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Data { data, stat } => Ok((data, stat)),
+            other => Err(unexpected("get_data", &other)),
+        }
+    }
+
+    /// A node's data and stat, and a one-shot watch that fires on the node's
+    /// next data change or deletion. Fails with [`Error::NoNode`] (and sets no
+    /// watch) if the node does not exist; use [`Client::exists_watch`] to wait
+    /// for a node to appear.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// let (data, _stat, watch) = client.get_data_watch("/config").await?;
+    /// println!("config: {data:?}");
+    /// let event = watch.await?;
+    /// println!("config changed: {:?}", event.event_type);
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_data_watch(&self, path: &str) -> Result<(Vec<u8>, Stat, OneshotWatch), Error> {
+        check_path(path)?;
+        let watch = self.shared.watches.oneshot(path, Table::Data)?;
+        let op = Op::GetData {
+            path: path.to_owned(),
+            watch: true,
+        };
+        let effect = Effect::Provisional(watch.key().clone());
+        match self.call(path, op, effect).await? {
+            OpResult::Data { data, stat } => Ok((data, stat, watch)),
+            other => Err(unexpected("get_data", &other)),
+        }
+    }
+
+    /// The node's stat, or `None` if it does not exist.
+    pub async fn exists(&self, path: &str) -> Result<Option<Stat>, Error> {
+        check_path(path)?;
+        let op = Op::Exists {
+            path: path.to_owned(),
+            watch: false,
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Exists(stat) => Ok(stat),
+            other => Err(unexpected("exists", &other)),
+        }
+    }
+
+    /// The node's stat (or `None`), and a one-shot watch that fires when the
+    /// node is created, changed or deleted. Set whether or not the node exists:
+    /// this is how a lock waiter waits for its predecessor to go.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// let (stat, watch) = client.exists_watch("/locks/lock-0000000041").await?;
+    /// if stat.is_some() {
+    ///     watch.await?; // the predecessor changed or went away
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn exists_watch(&self, path: &str) -> Result<(Option<Stat>, OneshotWatch), Error> {
+        check_path(path)?;
+        let watch = self.shared.watches.oneshot(path, Table::Data)?;
+        let op = Op::Exists {
+            path: path.to_owned(),
+            watch: true,
+        };
+        let effect = Effect::Provisional(watch.key().clone());
+        match self.call(path, op, effect).await? {
+            OpResult::Exists(stat) => Ok((stat, watch)),
+            other => Err(unexpected("exists", &other)),
+        }
+    }
+
+    /// The names of a node's children (in no particular order).
+    pub async fn get_children(&self, path: &str) -> Result<Vec<String>, Error> {
+        check_path(path)?;
+        let op = Op::GetChildren {
+            path: path.to_owned(),
+            watch: false,
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Children { names, .. } => Ok(names),
+            other => Err(unexpected("get_children", &other)),
+        }
+    }
+
+    /// The names of a node's children, and a one-shot watch that fires when a
+    /// child is added or removed or the node is deleted. Fails with
+    /// [`Error::NoNode`] (and sets no watch) if the node does not exist.
+    pub async fn get_children_watch(
+        &self,
+        path: &str,
+    ) -> Result<(Vec<String>, OneshotWatch), Error> {
+        check_path(path)?;
+        let watch = self.shared.watches.oneshot(path, Table::Child)?;
+        let op = Op::GetChildren {
+            path: path.to_owned(),
+            watch: true,
+        };
+        let effect = Effect::Provisional(watch.key().clone());
+        match self.call(path, op, effect).await? {
+            OpResult::Children { names, .. } => Ok((names, watch)),
+            other => Err(unexpected("get_children", &other)),
+        }
+    }
+
+    /// A node's children with their stats, and the node's own stat.
+    pub async fn get_children_with_stat(
+        &self,
+        path: &str,
+    ) -> Result<(Vec<ChildEntry>, Stat), Error> {
+        check_path(path)?;
+        let op = Op::GetChildrenWithStat {
+            path: path.to_owned(),
+            watch: false,
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::ChildrenWithStat { children, stat } => Ok((children, stat)),
+            other => Err(unexpected("get_children_with_stat", &other)),
+        }
+    }
+
+    /// Applies `ops` all together or not at all, and returns one result per op.
+    ///
+    /// If an op fails nothing is applied, and the error is
+    /// [`Error::MultiFailed`] with the index and code of the failing op. Build
+    /// the ops with the helpers of [`crate::multi`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// use arbor_client::{multi, CreateMode};
+    ///
+    /// let (_, stat) = client.get_data("/jobs/42").await?;
+    /// client.multi(vec![
+    ///     multi::check("/leader", None),
+    ///     multi::set_data("/jobs/42", b"done".to_vec(), Some(stat.version)),
+    ///     multi::create("/done/42", Vec::new(), CreateMode::Persistent),
+    /// ]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn multi(&self, ops: Vec<MultiOp>) -> Result<Vec<OpResult>, Error> {
+        for op in &ops {
+            match op {
+                MultiOp::Create { path, data, mode } => {
+                    check_create_path(path, *mode)?;
+                    self.check_data(data)?;
+                }
+                MultiOp::SetData { path, data, .. } => {
+                    check_path(path)?;
+                    self.check_data(data)?;
+                }
+                MultiOp::Check { path, .. } | MultiOp::Delete { path, .. } => check_path(path)?,
+            }
+        }
+        let count = ops.len();
+        match self.call("", Op::Multi { ops }, Effect::None).await? {
+            OpResult::Multi(outcomes) => multi_results(count, outcomes),
+            other => Err(unexpected("multi", &other)),
+        }
+    }
+
+    /// Waits until every write the server ordered before this call has been
+    /// applied by the server this client talks to.
+    pub async fn sync(&self, path: &str) -> Result<(), Error> {
+        check_path(path)?;
+        let op = Op::Sync {
+            path: path.to_owned(),
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Synced { .. } => Ok(()),
+            other => Err(unexpected("sync", &other)),
+        }
+    }
+
+    /// Pings the server and returns the round trip (including any wait behind
+    /// requests already in flight).
+    pub async fn ping(&self) -> Result<Duration, Error> {
+        let started = Instant::now();
+        match self.call("", Op::Ping, Effect::None).await? {
+            OpResult::Pong => Ok(started.elapsed()),
+            other => Err(unexpected("ping", &other)),
+        }
+    }
+
+    /// Sets a persistent watch on `path` (and, with
+    /// [`AddWatchMode::PersistentRecursive`], everything below it). It stays
+    /// until [`Client::remove_watches`] or the end of the connection.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// use arbor_client::AddWatchMode;
+    ///
+    /// let mut watch = client.watch("/config", AddWatchMode::PersistentRecursive).await?;
+    /// loop {
+    ///     let event = watch.next().await?;
+    ///     println!("{:?} {}", event.event_type, event.path);
+    /// }
+    /// # }
+    /// ```
+    pub async fn watch(&self, path: &str, mode: AddWatchMode) -> Result<PersistentWatch, Error> {
+        check_path(path)?;
+        let watch = self.shared.watches.persistent(path, mode)?;
+        let op = Op::AddWatch {
+            path: path.to_owned(),
+            mode,
+        };
+        let effect = Effect::Provisional(watch.key().clone());
+        match self.call(path, op, effect).await? {
+            OpResult::WatchesChanged => Ok(watch),
+            other => Err(unexpected("add_watch", &other)),
+        }
+    }
+
+    /// Removes this session's watches of `kind` on `path`, on the server and
+    /// locally: local one-shot watches resolve, and persistent streams end,
+    /// with [`Error::WatchRemoved`]. [`Error::NoWatcher`] if the server held
+    /// none (local watchers of that kind are removed then too, as they could
+    /// never fire).
+    pub async fn remove_watches(&self, path: &str, kind: WatcherKind) -> Result<(), Error> {
+        check_path(path)?;
+        let op = Op::RemoveWatches {
+            path: path.to_owned(),
+            kind,
+        };
+        let effect = Effect::RemoveLocal {
+            path: path.to_owned(),
+            kind,
+        };
+        match self.call(path, op, effect).await? {
+            OpResult::WatchesChanged => Ok(()),
+            other => Err(unexpected("remove_watches", &other)),
+        }
+    }
+
+    /// Closes the session: ephemeral nodes are deleted and watches removed.
+    /// Waits for the server's answer, then ends the connection. Every clone of
+    /// this client then fails with [`Error::Closed`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// client.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(self) -> Result<(), Error> {
+        match self.shared.ended() {
+            Some(Ended::Closed) => return Ok(()),
+            Some(ended) => return Err(ended.error()),
+            None => {}
+        }
+        match self.submit(Op::CloseSession, Effect::None).await {
+            Ok(Reply {
+                result: Ok(OpResult::SessionClosed),
+            }) => Ok(()),
+            Ok(Reply { result: Ok(other) }) => Err(unexpected("close_session", &other)),
+            Ok(Reply { result: Err(code) }) => Err(Error::from_code(code, "")),
+            // Another clone closed it first.
+            Err(Error::Closed) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Sends `op` and maps a refusal to the error for `path`.
+    async fn call(&self, path: &str, op: Op, effect: Effect) -> Result<OpResult, Error> {
+        let reply = self.submit(op, effect).await?;
+        reply.result.map_err(|code| Error::from_code(code, path))
+    }
+
+    /// Takes an in-flight slot, hands `op` to the connection task and waits
+    /// for its reply.
+    async fn submit(&self, op: Op, effect: Effect) -> Result<Reply, Error> {
+        if let Some(ended) = self.shared.ended() {
+            return Err(ended.error());
+        }
+        let Ok(permit) = self.shared.in_flight.clone().acquire_owned().await else {
+            // Closed by the task when the connection ended.
+            return Err(self.shared.ended_error());
+        };
+        let (reply, answer) = oneshot::channel();
+        let command = Command {
+            op,
+            effect,
+            reply,
+            permit,
+        };
+        if self.commands.send(command).await.is_err() {
+            return Err(self.shared.ended_error());
+        }
+        match answer.await {
+            Ok(result) => result,
+            Err(_) => Err(self.shared.ended_error()),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn watcher_count(&self) -> usize {
+        self.shared.watches.lock().len()
+    }
+
+    fn check_data(&self, data: &[u8]) -> Result<(), Error> {
+        let max = usize::try_from(self.server_limits().data_bytes_max).unwrap_or(usize::MAX);
+        if data.len() > max {
+            return Err(Error::TooLarge {
+                bytes: Some(data.len()),
+                max: Some(max),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_path(path: &str) -> Result<(), Error> {
+    path::validate(path).map_err(|reason| invalid_path(path, reason))
+}
+
+fn check_create_path(path: &str, mode: CreateMode) -> Result<(), Error> {
+    let checked = if mode.is_sequential() {
+        path::validate_sequential_prefix(path)
+    } else {
+        path::validate(path)
+    };
+    checked.map_err(|reason| invalid_path(path, reason))
+}
+
+fn invalid_path(path: &str, reason: PathError) -> Error {
+    Error::InvalidPath {
+        path: path.to_owned(),
+        reason: Some(reason),
+    }
+}
+
+/// A result of the wrong kind for the request: the server broke the protocol.
+fn unexpected(op: &str, result: &OpResult) -> Error {
+    Error::Protocol(format!("{} result for a {op} request", result_name(result)))
+}
+
+fn result_name(result: &OpResult) -> &'static str {
+    match result {
+        OpResult::Created { .. } => "Created",
+        OpResult::Deleted => "Deleted",
+        OpResult::SetData(_) => "SetData",
+        OpResult::Checked => "Checked",
+        OpResult::Data { .. } => "Data",
+        OpResult::Exists(_) => "Exists",
+        OpResult::Children { .. } => "Children",
+        OpResult::ChildrenWithStat { .. } => "ChildrenWithStat",
+        OpResult::Multi(_) => "Multi",
+        OpResult::Synced { .. } => "Synced",
+        OpResult::Pong => "Pong",
+        OpResult::SessionClosed => "SessionClosed",
+        OpResult::WatchesChanged => "WatchesChanged",
+    }
+}
+
+/// Turns a multi's outcomes into per-op results, or the failing op's error.
+fn multi_results(count: usize, outcomes: Vec<MultiOpOutcome>) -> Result<Vec<OpResult>, Error> {
+    if outcomes.len() != count {
+        return Err(Error::Protocol(format!(
+            "{} outcomes for a multi of {count} ops",
+            outcomes.len()
+        )));
+    }
+    let failed = outcomes
+        .iter()
+        .enumerate()
+        .find_map(|(index, outcome)| match outcome {
+            MultiOpOutcome::Failed(code) => Some((index, *code)),
+            _ => None,
+        });
+    if let Some((index, code)) = failed {
+        return Err(Error::MultiFailed {
+            index,
+            code,
+            outcomes,
+        });
+    }
+    outcomes
+        .into_iter()
+        .map(|outcome| match outcome {
+            MultiOpOutcome::Applied(result) => Ok(result),
+            other => Err(Error::Protocol(format!(
+                "multi outcome {other:?} without a failed op"
+            ))),
+        })
+        .collect()
+}

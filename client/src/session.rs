@@ -1,0 +1,104 @@
+//! The session as every client handle and the connection task see it.
+//!
+//! [`Shared`] is the state both sides read: the negotiated session parameters,
+//! the newest zxid seen, the watch registry, the in-flight semaphore and how
+//! the connection ended. Invariants:
+//! * `last_zxid` only grows (`fetch_max`), whatever order replies and events
+//!   are observed in.
+//! * `ended` is set once, by the connection task, before it answers any
+//!   waiter with the terminal error; later calls read it and fail fast.
+//! * Once `ended` is set the in-flight semaphore is closed, so callers waiting
+//!   for a slot wake up instead of waiting forever.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::{ConnectResponse, ServerLimits, SessionCredentials, SessionId, Zxid};
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+
+use crate::error::{Ended, Error};
+use crate::watch::Watches;
+
+/// What the handshake fixed. Kept behind a lock, not as plain fields, so a
+/// later reconnect to another server can renegotiate it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionInfo {
+    pub(crate) credentials: SessionCredentials,
+    pub(crate) timeout: Duration,
+    pub(crate) limits: ServerLimits,
+}
+
+impl SessionInfo {
+    pub(crate) fn from_response(response: &ConnectResponse) -> Self {
+        SessionInfo {
+            credentials: SessionCredentials {
+                id: response.session_id,
+                password: response.password,
+            },
+            timeout: Duration::from_millis(u64::from(response.session_timeout_ms)),
+            limits: response.limits,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    session: Mutex<SessionInfo>,
+    last_zxid: AtomicU64,
+    ended: Mutex<Option<Ended>>,
+    pub(crate) watches: Watches,
+    /// Slots for requests sent but not yet answered; see `ClientOptions::max_in_flight`.
+    pub(crate) in_flight: Arc<Semaphore>,
+}
+
+impl Shared {
+    pub(crate) fn new(response: &ConnectResponse, max_in_flight: usize) -> Self {
+        Shared {
+            session: Mutex::new(SessionInfo::from_response(response)),
+            last_zxid: AtomicU64::new(response.zxid),
+            ended: Mutex::new(None),
+            watches: Watches::new(),
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+        }
+    }
+
+    pub(crate) fn session(&self) -> SessionInfo {
+        *self.session.lock()
+    }
+
+    pub(crate) fn session_id(&self) -> SessionId {
+        self.session.lock().credentials.id
+    }
+
+    pub(crate) fn last_zxid(&self) -> Zxid {
+        self.last_zxid.load(Ordering::Acquire)
+    }
+
+    /// Records a zxid from a reply or an event; the stored one never decreases.
+    pub(crate) fn observe_zxid(&self, zxid: Zxid) {
+        self.last_zxid.fetch_max(zxid, Ordering::AcqRel);
+    }
+
+    pub(crate) fn ended(&self) -> Option<Ended> {
+        *self.ended.lock()
+    }
+
+    /// The error for a call that found the connection gone.
+    pub(crate) fn ended_error(&self) -> Error {
+        // Only reachable once the task has ended, which sets `ended` first;
+        // ConnectionLoss is the honest answer if that ever did not hold.
+        self.ended().map_or(Error::ConnectionLoss, Ended::error)
+    }
+
+    /// Marks the connection ended (the first cause wins) and wakes every
+    /// caller waiting for an in-flight slot.
+    pub(crate) fn end(&self, ended: Ended) {
+        let mut slot = self.ended.lock();
+        if slot.is_none() {
+            *slot = Some(ended);
+        }
+        drop(slot);
+        self.in_flight.close();
+    }
+}

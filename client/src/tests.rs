@@ -1,0 +1,602 @@
+//! Client tests against a tiny fake server: a `TcpListener` on 127.0.0.1:0 that
+//! speaks the protocol through `arbor_protocol`, scripted by each test.
+
+use std::time::Duration;
+
+use arbor_protocol::codec;
+use arbor_protocol::frame::{encode_frame, FrameDecoder, DEFAULT_FRAME_BYTES_MAX};
+use arbor_protocol::{
+    ClientMessage, ConnectRequest, ConnectResponse, Op, ServerMessage, PROTOCOL_VERSION,
+};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpListener;
+use tokio_util::codec::FramedRead;
+
+use crate::{
+    multi, AddWatchMode, Client, ClientOptions, CreateMode, Error, ErrorCode, EventType,
+    MultiOpOutcome, OpResult, ServerLimits, SessionCredentials, Stat, WatchEvent, WatcherKind,
+};
+
+/// How long a fake server waits for a frame before the test fails.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+const SESSION_ID: u64 = 0x42;
+const PASSWORD: [u8; 16] = [7; 16];
+const HANDSHAKE_ZXID: u64 = 100;
+
+/// The fake server's end of one connection.
+struct Peer {
+    reader: FramedRead<OwnedReadHalf, FrameDecoder>,
+    writer: OwnedWriteHalf,
+}
+
+impl Peer {
+    async fn accept(listener: &TcpListener) -> Peer {
+        let (stream, _) = tokio::time::timeout(PATIENCE, listener.accept())
+            .await
+            .expect("client connects in time")
+            .expect("accepts");
+        let (read_half, writer) = stream.into_split();
+        Peer {
+            reader: FramedRead::new(read_half, FrameDecoder::new(DEFAULT_FRAME_BYTES_MAX)),
+            writer,
+        }
+    }
+
+    /// The next client message, or `None` at EOF.
+    async fn recv(&mut self) -> Option<ClientMessage> {
+        let frame = tokio::time::timeout(PATIENCE, self.reader.next())
+            .await
+            .expect("client sends in time")?;
+        let payload = frame.ok()?;
+        Some(codec::decode(&payload).expect("client frames decode"))
+    }
+
+    async fn request(&mut self) -> (u64, Op) {
+        match self.recv().await {
+            Some(ClientMessage::Request { xid, op }) => (xid, op),
+            other => panic!("expected a request, got {other:?}"),
+        }
+    }
+
+    async fn send(&mut self, message: ServerMessage) {
+        let mut frame = Vec::new();
+        encode_frame(&message, DEFAULT_FRAME_BYTES_MAX, &mut frame).expect("encodes");
+        self.writer.write_all(&frame).await.expect("writes");
+    }
+
+    async fn reply(&mut self, xid: u64, zxid: u64, result: Result<OpResult, ErrorCode>) {
+        self.send(ServerMessage::Reply { xid, zxid, result }).await;
+    }
+
+    async fn connect_request(&mut self) -> ConnectRequest {
+        match self.recv().await {
+            Some(ClientMessage::Connect(request)) => request,
+            other => panic!("expected Connect, got {other:?}"),
+        }
+    }
+
+    /// Answers the handshake, granting the timeout the client asked for.
+    async fn handshake(&mut self, data_bytes_max: u32) -> ConnectRequest {
+        let request = self.connect_request().await;
+        assert_eq!(request.protocol_version, PROTOCOL_VERSION);
+        self.send(ServerMessage::Connected(ConnectResponse {
+            protocol_version: PROTOCOL_VERSION,
+            session_id: SESSION_ID,
+            password: PASSWORD,
+            session_timeout_ms: request.session_timeout_ms,
+            zxid: HANDSHAKE_ZXID,
+            limits: ServerLimits {
+                frame_bytes_max: DEFAULT_FRAME_BYTES_MAX as u32,
+                data_bytes_max,
+            },
+        }))
+        .await;
+        request
+    }
+}
+
+async fn listener() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let addr = listener.local_addr().expect("has an address").to_string();
+    (listener, addr)
+}
+
+/// A connected client and the fake server's end of its connection.
+async fn start_with(options: ClientOptions, data_bytes_max: u32) -> (Client, Peer) {
+    let (listener, addr) = listener().await;
+    let server = async {
+        let mut peer = Peer::accept(&listener).await;
+        peer.handshake(data_bytes_max).await;
+        peer
+    };
+    let (client, peer) = tokio::join!(Client::connect(&addr, options), server);
+    (client.expect("connects"), peer)
+}
+
+async fn start() -> (Client, Peer) {
+    start_with(ClientOptions::default(), 1024 * 1024).await
+}
+
+fn stat(version: i32) -> Stat {
+    Stat {
+        version,
+        ..Stat::default()
+    }
+}
+
+fn event(event_type: EventType, path: &str, zxid: u64) -> WatchEvent {
+    WatchEvent {
+        event_type,
+        path: path.to_owned(),
+        zxid,
+    }
+}
+
+// Proves the handshake, and that several requests in flight each get their own reply.
+#[tokio::test]
+async fn replies_match_requests_in_flight() {
+    let (client, mut peer) = start().await;
+    assert_eq!(client.session_id(), SESSION_ID);
+    assert_eq!(client.credentials().password, PASSWORD);
+    assert_eq!(client.last_zxid(), HANDSHAKE_ZXID);
+    assert_eq!(client.session_timeout(), Duration::from_secs(10));
+
+    let server = async {
+        let mut requests = Vec::new();
+        for _ in 0..3 {
+            requests.push(peer.request().await);
+        }
+        let xids: Vec<u64> = requests.iter().map(|(xid, _)| *xid).collect();
+        assert!(xids.windows(2).all(|pair| pair[0] < pair[1]), "{xids:?}");
+        // Decreasing zxids: the client's last_zxid must keep the maximum.
+        for ((xid, op), zxid) in requests.into_iter().zip([150, 120, 110]) {
+            let result = match op {
+                Op::GetData { path, .. } => OpResult::Data {
+                    data: path.into_bytes(),
+                    stat: stat(1),
+                },
+                Op::Exists { .. } => OpResult::Exists(Some(stat(2))),
+                Op::GetChildren { .. } => OpResult::Children {
+                    names: vec!["x".into()],
+                    stat: stat(3),
+                },
+                other => panic!("unexpected {other:?}"),
+            };
+            peer.reply(xid, zxid, Ok(result)).await;
+        }
+    };
+    let (data, exists, children, ()) = tokio::join!(
+        client.get_data("/a"),
+        client.exists("/b"),
+        client.get_children("/"),
+        server
+    );
+    assert_eq!(data.expect("data").0, b"/a");
+    assert_eq!(exists.expect("exists").map(|s| s.version), Some(2));
+    assert_eq!(children.expect("children"), vec!["x".to_owned()]);
+    assert_eq!(client.last_zxid(), 150);
+}
+
+// Proves an idle client pings after a third of the session timeout and stays up.
+#[tokio::test]
+async fn pings_when_idle() {
+    let options = ClientOptions::default().with_session_timeout(Duration::from_millis(300));
+    let (client, mut peer) = start_with(options, 1024).await;
+    let started = std::time::Instant::now();
+    let (xid, op) = peer.request().await;
+    assert_eq!(op, Op::Ping);
+    assert!(
+        started.elapsed() >= Duration::from_millis(80),
+        "{:?}",
+        started.elapsed()
+    );
+    peer.reply(xid, 101, Ok(OpResult::Pong)).await;
+    let (exists, ()) = tokio::join!(client.exists("/a"), async {
+        loop {
+            let (xid, op) = peer.request().await;
+            let is_ping = op == Op::Ping;
+            let result = if is_ping {
+                OpResult::Pong
+            } else {
+                OpResult::Exists(None)
+            };
+            peer.reply(xid, 101, Ok(result)).await;
+            if !is_ping {
+                break;
+            }
+        }
+    });
+    assert_eq!(exists.expect("still connected"), None);
+}
+
+// Proves that a server that goes silent is given up after 2/3 of the session timeout.
+#[tokio::test]
+async fn silent_server_is_connection_loss() {
+    let options = ClientOptions::default().with_session_timeout(Duration::from_millis(300));
+    let (client, mut peer) = start_with(options, 1024).await;
+    let started = std::time::Instant::now();
+    let (result, _request) = tokio::join!(client.get_data("/a"), peer.request());
+    assert!(matches!(result, Err(Error::ConnectionLoss)), "{result:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+// Proves a dropped socket fails in-flight and later requests, and watches, with ConnectionLoss.
+#[tokio::test]
+async fn dropped_socket_is_connection_loss() {
+    let (client, mut peer) = start().await;
+    let (watch, ()) = tokio::join!(client.exists_watch("/w"), async {
+        let (xid, _) = peer.request().await;
+        peer.reply(xid, 101, Ok(OpResult::Exists(None))).await;
+    });
+    let (_, watch) = watch.expect("watch set");
+    let (result, ()) = tokio::join!(client.get_data("/a"), async {
+        peer.request().await;
+        drop(peer);
+    });
+    assert!(matches!(result, Err(Error::ConnectionLoss)), "{result:?}");
+    assert!(matches!(watch.await, Err(Error::ConnectionLoss)));
+    let later = client.exists("/a").await;
+    assert!(matches!(later, Err(Error::ConnectionLoss)), "{later:?}");
+}
+
+// Proves Closing{SessionExpired} expires the client: in-flight and later calls get SessionExpired.
+#[tokio::test]
+async fn closing_session_expired_expires_client() {
+    let (client, mut peer) = start().await;
+    let (result, ()) = tokio::join!(client.get_data("/a"), async {
+        peer.request().await;
+        peer.send(ServerMessage::Closing {
+            code: ErrorCode::SessionExpired,
+            message: "expired".into(),
+        })
+        .await;
+    });
+    assert!(matches!(result, Err(Error::SessionExpired)), "{result:?}");
+    let later = client.create("/b", Vec::new(), CreateMode::Ephemeral).await;
+    assert!(matches!(later, Err(Error::SessionExpired)), "{later:?}");
+}
+
+// Proves a SessionExpired reply also expires the whole client.
+#[tokio::test]
+async fn session_expired_reply_expires_client() {
+    let (client, mut peer) = start().await;
+    let (result, ()) = tokio::join!(client.exists("/a"), async {
+        let (xid, _) = peer.request().await;
+        peer.reply(xid, 101, Err(ErrorCode::SessionExpired)).await;
+    });
+    assert!(matches!(result, Err(Error::SessionExpired)), "{result:?}");
+    assert!(matches!(client.ping().await, Err(Error::SessionExpired)));
+}
+
+// Proves a resume the server refuses is SessionExpired from connect.
+#[tokio::test]
+async fn refused_resume_is_session_expired() {
+    let (listener, addr) = listener().await;
+    let credentials = SessionCredentials {
+        id: 9,
+        password: [1; 16],
+    };
+    let options = ClientOptions::default().with_resume(credentials);
+    let server = async {
+        let mut peer = Peer::accept(&listener).await;
+        let request = peer.connect_request().await;
+        assert_eq!(request.session, Some(credentials));
+        peer.send(ServerMessage::Closing {
+            code: ErrorCode::SessionExpired,
+            message: "unknown session".into(),
+        })
+        .await;
+    };
+    let (result, ()) = tokio::join!(Client::connect(&addr, options), server);
+    assert!(matches!(result, Err(Error::SessionExpired)), "{result:?}");
+}
+
+// Proves the connect string is tried in order, past an address that refuses.
+#[tokio::test]
+async fn connect_tries_each_address() {
+    let (dead, dead_addr) = listener().await;
+    drop(dead);
+    let (listener, addr) = listener().await;
+    let server = async {
+        let mut peer = Peer::accept(&listener).await;
+        peer.handshake(1024).await;
+        peer
+    };
+    let connect_string = format!("{dead_addr}, {addr}");
+    let (client, _peer) = tokio::join!(
+        Client::connect(&connect_string, ClientOptions::default()),
+        server
+    );
+    assert_eq!(
+        client.expect("second address works").session_id(),
+        SESSION_ID
+    );
+    let none = Client::connect(" , ", ClientOptions::default()).await;
+    assert!(matches!(none, Err(Error::Connect { .. })), "{none:?}");
+}
+
+// Proves data over the server's limit and bad paths are refused locally, without sending.
+#[tokio::test]
+async fn local_checks_do_not_send() {
+    let (client, mut peer) = start_with(ClientOptions::default(), 16).await;
+    let big = vec![0u8; 17];
+    let create = client
+        .create("/a", big.clone(), CreateMode::Persistent)
+        .await;
+    assert!(
+        matches!(
+            create,
+            Err(Error::TooLarge {
+                bytes: Some(17),
+                max: Some(16)
+            })
+        ),
+        "{create:?}"
+    );
+    let set = client.set_data("/a", big.clone(), None).await;
+    assert!(matches!(set, Err(Error::TooLarge { .. })), "{set:?}");
+    let batch = client.multi(vec![multi::set_data("/a", big, None)]).await;
+    assert!(matches!(batch, Err(Error::TooLarge { .. })), "{batch:?}");
+    let bad = client.get_data("a/b").await;
+    assert!(
+        matches!(
+            bad,
+            Err(Error::InvalidPath {
+                reason: Some(_),
+                ..
+            })
+        ),
+        "{bad:?}"
+    );
+    let bad_seq = client
+        .create("/locks//", Vec::new(), CreateMode::EphemeralSequential)
+        .await;
+    assert!(
+        matches!(bad_seq, Err(Error::InvalidPath { .. })),
+        "{bad_seq:?}"
+    );
+
+    // The first request the server sees is the one after the refused ones.
+    let (exists, ()) = tokio::join!(client.exists("/x"), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(xid, 1);
+        assert_eq!(
+            op,
+            Op::Exists {
+                path: "/x".into(),
+                watch: false
+            }
+        );
+        peer.reply(xid, 101, Ok(OpResult::Exists(None))).await;
+    });
+    assert_eq!(exists.expect("exists"), None);
+}
+
+// Proves a reply whose xid is not the oldest request's drops the connection.
+#[tokio::test]
+async fn mismatched_xid_is_connection_loss() {
+    let (client, mut peer) = start().await;
+    let (result, ()) = tokio::join!(client.get_data("/a"), async {
+        let (xid, _) = peer.request().await;
+        peer.reply(xid + 5, 101, Ok(OpResult::Pong)).await;
+    });
+    assert!(matches!(result, Err(Error::ConnectionLoss)), "{result:?}");
+    assert!(matches!(client.ping().await, Err(Error::ConnectionLoss)));
+}
+
+// Proves a watch event that overtakes the reply still fires the new one-shot watch.
+#[tokio::test]
+async fn event_before_reply_fires_the_watch() {
+    let (client, mut peer) = start().await;
+    let (result, ()) = tokio::join!(client.get_data_watch("/a"), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(
+            op,
+            Op::GetData {
+                path: "/a".into(),
+                watch: true
+            }
+        );
+        peer.send(ServerMessage::Event(event(
+            EventType::NodeDataChanged,
+            "/a",
+            200,
+        )))
+        .await;
+        let data = OpResult::Data {
+            data: b"v".to_vec(),
+            stat: stat(1),
+        };
+        peer.reply(xid, 200, Ok(data)).await;
+    });
+    let (data, _, watch) = result.expect("get_data_watch");
+    assert_eq!(data, b"v");
+    let fired = tokio::time::timeout(PATIENCE, watch).await.expect("fired");
+    assert_eq!(fired.expect("event").event_type, EventType::NodeDataChanged);
+    assert_eq!(client.last_zxid(), 200);
+    assert_eq!(client.watcher_count(), 0);
+}
+
+// Proves a watching call that fails leaves no provisional watcher behind.
+#[tokio::test]
+async fn failed_watch_call_removes_its_watcher() {
+    let (client, mut peer) = start().await;
+    let (result, ()) = tokio::join!(client.get_children_watch("/missing"), async {
+        let (xid, _) = peer.request().await;
+        peer.reply(xid, 101, Err(ErrorCode::NoNode)).await;
+    });
+    assert!(
+        matches!(&result, Err(Error::NoNode { path }) if path == "/missing"),
+        "{result:?}"
+    );
+    assert_eq!(client.watcher_count(), 0);
+}
+
+// Proves a persistent-recursive stream gets routed events and ends when its watch is removed.
+#[tokio::test]
+async fn persistent_watch_streams_until_removed() {
+    let (client, mut peer) = start().await;
+    let (watch, ()) = tokio::join!(
+        client.watch("/a", AddWatchMode::PersistentRecursive),
+        async {
+            let (xid, op) = peer.request().await;
+            assert!(matches!(op, Op::AddWatch { .. }), "{op:?}");
+            peer.reply(xid, 101, Ok(OpResult::WatchesChanged)).await;
+        }
+    );
+    let mut watch = watch.expect("watch set");
+    peer.send(ServerMessage::Event(event(
+        EventType::NodeCreated,
+        "/a/b",
+        102,
+    )))
+    .await;
+    peer.send(ServerMessage::Event(event(
+        EventType::NodeChildrenChanged,
+        "/a",
+        102,
+    )))
+    .await;
+    peer.send(ServerMessage::Event(event(
+        EventType::NodeDeleted,
+        "/a/b",
+        103,
+    )))
+    .await;
+    let first = watch.next().await.expect("created");
+    assert_eq!(
+        (first.event_type, first.path.as_str()),
+        (EventType::NodeCreated, "/a/b")
+    );
+    let second = watch.next().await.expect("deleted");
+    assert_eq!(second.event_type, EventType::NodeDeleted);
+
+    let (removed, ()) = tokio::join!(
+        client.remove_watches("/a", WatcherKind::PersistentRecursive),
+        async {
+            let (xid, _) = peer.request().await;
+            peer.reply(xid, 103, Ok(OpResult::WatchesChanged)).await;
+        }
+    );
+    removed.expect("removed");
+    assert!(matches!(watch.next().await, Err(Error::WatchRemoved)));
+    assert!(matches!(watch.next().await, Err(Error::WatchRemoved)));
+}
+
+// Proves a refused multi reports the failing op's index and code with every outcome.
+#[tokio::test]
+async fn multi_failure_names_the_failing_op() {
+    let (client, mut peer) = start().await;
+    let ops = vec![
+        multi::create("/a", Vec::new(), CreateMode::Persistent),
+        multi::check("/b", Some(3)),
+        multi::delete("/c", None),
+    ];
+    let (result, ()) = tokio::join!(client.multi(ops), async {
+        let (xid, _) = peer.request().await;
+        let outcomes = vec![
+            MultiOpOutcome::RolledBack,
+            MultiOpOutcome::Failed(ErrorCode::BadVersion),
+            MultiOpOutcome::NotRun,
+        ];
+        peer.reply(xid, 101, Ok(OpResult::Multi(outcomes))).await;
+    });
+    match result {
+        Err(Error::MultiFailed {
+            index,
+            code,
+            outcomes,
+        }) => {
+            assert_eq!((index, code), (1, ErrorCode::BadVersion));
+            assert_eq!(outcomes.len(), 3);
+        }
+        other => panic!("expected MultiFailed, got {other:?}"),
+    }
+}
+
+// Proves callers past max_in_flight wait for a slot instead of sending.
+#[tokio::test]
+async fn max_in_flight_applies_back_pressure() {
+    let options = ClientOptions::default().with_max_in_flight(2);
+    let (client, mut peer) = start_with(options, 1024).await;
+    let calls = async {
+        tokio::join!(
+            client.exists("/1"),
+            client.exists("/2"),
+            client.exists("/3")
+        )
+    };
+    let server = async {
+        let (first, _) = peer.request().await;
+        let (second, _) = peer.request().await;
+        let third = tokio::time::timeout(Duration::from_millis(100), peer.reader.next()).await;
+        assert!(
+            third.is_err(),
+            "a third request was sent while two were in flight"
+        );
+        peer.reply(first, 101, Ok(OpResult::Exists(None))).await;
+        let (third, _) = peer.request().await;
+        peer.reply(second, 101, Ok(OpResult::Exists(None))).await;
+        peer.reply(third, 101, Ok(OpResult::Exists(None))).await;
+    };
+    let ((a, b, c), ()) = tokio::join!(calls, server);
+    assert!(a.is_ok() && b.is_ok() && c.is_ok());
+}
+
+// Proves close() waits for SessionClosed and every clone then gets Closed.
+#[tokio::test]
+async fn close_ends_every_clone() {
+    let (client, mut peer) = start().await;
+    let other = client.clone();
+    let (closed, ()) = tokio::join!(client.close(), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(op, Op::CloseSession);
+        peer.reply(xid, 101, Ok(OpResult::SessionClosed)).await;
+    });
+    closed.expect("closed");
+    assert!(matches!(other.exists("/a").await, Err(Error::Closed)));
+    assert!(peer.recv().await.is_none(), "client closes the socket");
+}
+
+// Proves dropping the last clone sends CloseSession and then closes the socket.
+#[tokio::test]
+async fn dropping_last_clone_closes_the_session() {
+    let (client, mut peer) = start().await;
+    let other = client.clone();
+    drop(client);
+    let (xid, op) = tokio::time::timeout(Duration::from_secs(1), async {
+        drop(other);
+        peer.request().await
+    })
+    .await
+    .expect("CloseSession comes promptly");
+    assert_eq!(op, Op::CloseSession);
+    peer.reply(xid, 101, Ok(OpResult::SessionClosed)).await;
+    assert!(peer.recv().await.is_none(), "client closes the socket");
+}
+
+// Proves handles, watches and call futures can move across threads (e.g. into tokio::spawn).
+#[test]
+fn handles_and_futures_are_send() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    fn future_is_send<F: std::future::Future + Send>(_: F) {}
+    fn calls(client: &Client) {
+        future_is_send(client.get_data_watch("/a"));
+        future_is_send(client.watch("/a", AddWatchMode::Persistent));
+        future_is_send(client.multi(Vec::new()));
+        future_is_send(client.clone().close());
+    }
+    send_sync::<Client>();
+    send_sync::<Error>();
+    send::<crate::OneshotWatch>();
+    send::<crate::PersistentWatch>();
+    let _ = calls;
+}
