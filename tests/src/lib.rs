@@ -312,3 +312,12 @@ impl RawConnection {
         said
     }
 }
+
+/// A client session with the default options and a 4 s timeout.
+pub async fn client(server: &TestServer) -> arbor_client::Client {
+    let options =
+        arbor_client::ClientOptions::default().with_session_timeout(Duration::from_millis(4000));
+    arbor_client::Client::connect(server.addr(), options)
+        .await
+        .expect("client connects")
+}
