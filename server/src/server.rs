@@ -7,7 +7,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arbor_protocol::frame::encode_frame;
+use arbor_protocol::{ErrorCode, ServerMessage};
 use parking_lot::Mutex;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -22,6 +25,9 @@ use crate::pipeline::commit::{run_committer, MemoryLog};
 
 /// The epoch of zxids for a server that remembers nothing (the in-memory log).
 const MEMORY_EPOCH: u64 = 1;
+
+/// How long a refused connection may take to receive its explanation.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Pause after a failed accept (for example, out of file descriptors), so the
 /// loop does not spin.
@@ -79,11 +85,24 @@ pub async fn run<L: Listener>(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            warn!(%peer, limit = shared.config.connections_max, "connection limit reached; refusing");
+            let limit = shared.config.connections_max;
+            warn!(%peer, limit, "connection limit reached; refusing");
+            refuse(
+                stream,
+                format!("the server is serving its limit of {limit} connections"),
+            );
             continue;
         };
         let Some(ip_slot) = PerIpLimit::acquire(&per_ip, peer.ip()) else {
-            warn!(%peer, limit = shared.config.connections_per_ip_max, "per-address connection limit reached; refusing");
+            let limit = shared.config.connections_per_ip_max;
+            warn!(%peer, limit, "per-address connection limit reached; refusing");
+            refuse(
+                stream,
+                format!(
+                    "{} already has {limit} connections, the limit per address",
+                    peer.ip()
+                ),
+            );
             continue;
         };
         let shared = shared.clone();
@@ -109,6 +128,21 @@ pub async fn run<L: Listener>(
     let _ = committer.await;
     info!(last_zxid = shared.last_zxid(), "stopped");
     Ok(())
+}
+
+/// Tells a refused client why, then closes: the frame goes out before the
+/// handshake, which the protocol allows for `Closing`.
+fn refuse<S: AsyncWrite + Send + Unpin + 'static>(mut stream: S, message: String) {
+    tokio::spawn(async move {
+        let mut frame = Vec::new();
+        let closing = ServerMessage::Closing {
+            code: ErrorCode::Unavailable,
+            message,
+        };
+        if encode_frame(&closing, usize::MAX, &mut frame).is_ok() {
+            let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, stream.write_all(&frame)).await;
+        }
+    });
 }
 
 /// Counts connections per client address.

@@ -224,10 +224,10 @@ async fn connections_per_address_are_limited() {
         open.push(RawConnection::session(server.addr(), 4000).await.0);
     }
     let mut fourth = RawConnection::open(server.addr()).await;
-    fourth.send_bytes(&[0, 0, 0, 1, 0]).await;
+    let refused = fourth.handshake(4000, None, 0).await;
     assert!(
-        fourth.recv().await.is_none(),
-        "the fourth connection is closed at once"
+        matches!(refused, Err((ErrorCode::Unavailable, ref m)) if m.contains("limit per address")),
+        "the fourth connection is told why: {refused:?}"
     );
     drop(open.pop());
     tokio::time::sleep(Duration::from_millis(200)).await;
