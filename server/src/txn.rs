@@ -5,7 +5,7 @@
 //! the state machine. Apply reads nothing but the entry and the current state,
 //! so the same entries replayed in zxid order rebuild the same state.
 
-use arbor_protocol::{CreateMode, MultiOp, SessionId, Zxid, SESSION_PASSWORD_BYTES};
+use arbor_protocol::{MultiOp, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 use bincode::{Decode, Encode};
 
 /// A deterministic change to the state machine.
@@ -22,33 +22,16 @@ pub enum Txn {
         session_id: SessionId,
         reason: CloseReason,
     },
-    Create {
-        session_id: SessionId,
-        path: String,
-        data: Vec<u8>,
-        mode: CreateMode,
-    },
-    Delete {
-        path: String,
-        version: i32,
-    },
-    SetData {
-        path: String,
-        data: Vec<u8>,
-        version: i32,
-    },
+    /// One create, delete or set-data (a check is only meaningful in a multi).
+    Write { session_id: SessionId, op: MultiOp },
     Multi {
         session_id: SessionId,
         ops: Vec<MultiOp>,
     },
     /// Deletes a container if it has had children and has none now.
-    ReapContainer {
-        path: String,
-    },
+    ReapContainer { path: String },
     /// Deletes a TTL node if it has no children and was not modified for its TTL.
-    ReapTtl {
-        path: String,
-    },
+    ReapTtl { path: String },
 }
 
 /// Why a session ended.

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use arbor_protocol::{ErrorCode, MultiOp, OpResult, SessionId, Zxid, SESSION_PASSWORD_BYTES};
+use arbor_protocol::{ErrorCode, OpResult, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 
 use crate::tree::{Change, DataTree};
 use crate::txn::{CloseReason, Txn, TxnEntry};
@@ -106,39 +106,10 @@ impl StateMachine {
                     Err(ErrorCode::SessionExpired)
                 }
             }
-            Txn::Create {
-                session_id,
-                path,
-                data,
-                mode,
-            } => {
-                let op = MultiOp::Create {
-                    path: path.clone(),
-                    data: data.clone(),
-                    mode: *mode,
-                };
+            Txn::Write { session_id, op } => {
                 let alive = self.sessions.contains_key(session_id);
                 self.tree
                     .write(*session_id, alive, op, zxid, time_ms, &mut changes)
-            }
-            Txn::Delete { path, version } => {
-                let op = MultiOp::Delete {
-                    path: path.clone(),
-                    version: *version,
-                };
-                self.tree.write(0, false, op, zxid, time_ms, &mut changes)
-            }
-            Txn::SetData {
-                path,
-                data,
-                version,
-            } => {
-                let op = MultiOp::SetData {
-                    path: path.clone(),
-                    data: data.clone(),
-                    version: *version,
-                };
-                self.tree.write(0, false, op, zxid, time_ms, &mut changes)
             }
             Txn::Multi { session_id, ops } => {
                 let alive = self.sessions.contains_key(session_id);
@@ -167,7 +138,7 @@ impl StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arbor_protocol::CreateMode;
+    use arbor_protocol::{CreateMode, MultiOp};
 
     fn entry(zxid: Zxid, txn: Txn) -> TxnEntry {
         TxnEntry {
@@ -189,28 +160,35 @@ mod tests {
             ),
             entry(
                 2,
-                Txn::Create {
+                Txn::Write {
                     session_id: 9,
-                    path: "/a".into(),
-                    data: vec![],
-                    mode: CreateMode::Persistent,
+                    op: MultiOp::Create {
+                        path: "/a".into(),
+                        data: vec![],
+                        mode: CreateMode::Persistent,
+                    },
                 },
             ),
             entry(
                 3,
-                Txn::Create {
+                Txn::Write {
                     session_id: 9,
-                    path: "/a/e".into(),
-                    data: vec![],
-                    mode: CreateMode::EphemeralSequential,
+                    op: MultiOp::Create {
+                        path: "/a/e".into(),
+                        data: vec![],
+                        mode: CreateMode::EphemeralSequential,
+                    },
                 },
             ),
             entry(
                 4,
-                Txn::SetData {
-                    path: "/a".into(),
-                    data: b"v".to_vec(),
-                    version: 0,
+                Txn::Write {
+                    session_id: 9,
+                    op: MultiOp::SetData {
+                        path: "/a".into(),
+                        data: b"v".to_vec(),
+                        version: 0,
+                    },
                 },
             ),
             entry(
@@ -222,11 +200,13 @@ mod tests {
             ),
             entry(
                 6,
-                Txn::Create {
+                Txn::Write {
                     session_id: 9,
-                    path: "/late".into(),
-                    data: vec![],
-                    mode: CreateMode::Ephemeral,
+                    op: MultiOp::Create {
+                        path: "/late".into(),
+                        data: vec![],
+                        mode: CreateMode::Ephemeral,
+                    },
                 },
             ),
         ]

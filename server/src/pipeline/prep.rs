@@ -21,32 +21,21 @@ pub struct Requester {
 /// Turns a write op into a txn, or refuses it.
 pub fn prep_write(op: Op, who: Requester, config: &Config) -> Result<Txn, ErrorCode> {
     match op {
-        Op::Create { path, data, mode } => {
-            check_create(&path, &data, mode, who, config)?;
-            Ok(Txn::Create {
-                session_id: who.session_id,
-                path,
-                data,
-                mode,
-            })
-        }
-        Op::Delete { path, version } => {
-            check_path(&path)?;
-            Ok(Txn::Delete { path, version })
-        }
+        Op::Create { path, data, mode } => write(who, MultiOp::Create { path, data, mode }, config),
+        Op::Delete { path, version } => write(who, MultiOp::Delete { path, version }, config),
         Op::SetData {
             path,
             data,
             version,
-        } => {
-            check_path(&path)?;
-            check_data(&data, config)?;
-            Ok(Txn::SetData {
+        } => write(
+            who,
+            MultiOp::SetData {
                 path,
                 data,
                 version,
-            })
-        }
+            },
+            config,
+        ),
         Op::Multi { ops } => {
             if ops.len() > MULTI_OPS_MAX {
                 return Err(ErrorCode::TooLarge);
@@ -68,6 +57,14 @@ pub fn prep_write(op: Op, who: Requester, config: &Config) -> Result<Txn, ErrorC
             Err(ErrorCode::Internal)
         }
     }
+}
+
+fn write(who: Requester, op: MultiOp, config: &Config) -> Result<Txn, ErrorCode> {
+    check_multi_op(&op, who, config)?;
+    Ok(Txn::Write {
+        session_id: who.session_id,
+        op,
+    })
 }
 
 fn check_multi_op(op: &MultiOp, who: Requester, config: &Config) -> Result<(), ErrorCode> {

@@ -167,14 +167,14 @@ impl DataTree {
         &mut self,
         session_id: SessionId,
         owner_alive: bool,
-        op: MultiOp,
+        op: &MultiOp,
         zxid: Zxid,
         time_ms: u64,
         changes: &mut Vec<Change>,
     ) -> Result<OpResult, ErrorCode> {
         let mut overlay = Overlay::new(self);
-        let created = check_op(&mut overlay, &op, owner_alive)?;
-        Ok(self.apply_checked(&op, created, session_id, zxid, time_ms, changes))
+        let created = check_op(&mut overlay, op, owner_alive)?;
+        Ok(self.apply_checked(op, created, session_id, zxid, time_ms, changes))
     }
 
     /// Applies an op that passed [`check_op`]; it cannot fail.
@@ -507,7 +507,7 @@ mod tests {
             data: b"x".to_vec(),
             mode,
         };
-        match tree.write(7, true, op, zxid, T, &mut Vec::new())? {
+        match tree.write(7, true, &op, zxid, T, &mut Vec::new())? {
             OpResult::Created { path, .. } => Ok(path),
             other => panic!("unexpected {other:?}"),
         }
@@ -554,7 +554,7 @@ mod tests {
             mode: CreateMode::Ephemeral,
         };
         assert_eq!(
-            tree.write(9, false, op, 5, T, &mut Vec::new()),
+            tree.write(9, false, &op, 5, T, &mut Vec::new()),
             Err(ErrorCode::SessionExpired)
         );
     }
@@ -581,19 +581,19 @@ mod tests {
         };
         let mut ch = Vec::new();
         assert_eq!(
-            tree.write(7, true, del("/a", -1), 3, T, &mut ch),
+            tree.write(7, true, &del("/a", -1), 3, T, &mut ch),
             Err(ErrorCode::NotEmpty)
         );
         assert_eq!(
-            tree.write(7, true, del("/a/b", 4), 3, T, &mut ch),
+            tree.write(7, true, &del("/a/b", 4), 3, T, &mut ch),
             Err(ErrorCode::BadVersion)
         );
         assert_eq!(
-            tree.write(7, true, del("/nope", -1), 3, T, &mut ch),
+            tree.write(7, true, &del("/nope", -1), 3, T, &mut ch),
             Err(ErrorCode::NoNode)
         );
         assert!(ch.is_empty(), "failed writes change nothing");
-        tree.write(7, true, del("/a/b", 0), 3, T, &mut ch)
+        tree.write(7, true, &del("/a/b", 0), 3, T, &mut ch)
             .expect("deleted");
         assert_eq!(
             ch,
@@ -720,7 +720,7 @@ mod tests {
             path: "/c/x".into(),
             version: -1,
         };
-        tree.write(7, true, del, 4, T, &mut Vec::new())
+        tree.write(7, true, &del, 4, T, &mut Vec::new())
             .expect("deleted");
         let due = tree.reap_candidates(T + 500, 10);
         assert_eq!(
