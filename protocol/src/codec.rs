@@ -1,17 +1,25 @@
 //! The one place that knows how messages become bytes (bincode 2).
 //!
-//! Decoding is always bounded: bincode checks every length it reads against a
-//! limit before allocating, so a forged length inside a small frame can never
-//! make us allocate gigabytes. The limit is picked from a few fixed tiers as the
-//! smallest one at least as large as the input, so it stays proportional to the
-//! bytes actually received. Decoding also insists that the whole input is used:
-//! trailing bytes mean a peer that speaks something else.
+//! Decoding is always bounded: bincode checks the memory every length it
+//! reads would claim against a limit before allocating, so a forged length
+//! inside a small frame can never make us allocate gigabytes. The limit is
+//! picked from a few fixed tiers as [`EXPANSION_MAX`] times the smallest tier
+//! at least as large as the input: bincode counts in-memory bytes (a
+//! `Vec<String>` of empty names costs 24 bytes per one-byte entry on the
+//! wire), so a legitimate message needs up to ~24 times its size, and a
+//! hostile one gets at most that much. Decoding also insists that the whole
+//! input is used: trailing bytes mean a peer that speaks something else.
 
 use bincode::config::{self, Configuration};
 use bincode::{Decode, Encode};
 
 /// The largest input [`decode`] accepts, and so the ceiling for any frame limit.
 pub const DECODE_INPUT_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// How many bytes of memory a decode may claim per byte of input tier. The
+/// widest legitimate ratio is an empty `String` (1 byte on the wire, 24 in
+/// memory); 32 leaves room without letting input become unbounded memory.
+pub const EXPANSION_MAX: usize = 32;
 
 const CONFIG: Configuration = config::standard();
 
@@ -44,11 +52,16 @@ pub fn encode<T: Encode>(value: &T) -> Result<Vec<u8>, EncodeError> {
 /// Decodes exactly one `T` from the whole of `bytes`.
 pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, DecodeError> {
     let len = bytes.len();
+    const KIB_64: usize = 64 * 1024;
+    const MIB_1: usize = 1024 * 1024;
+    const MIB_16: usize = 16 * 1024 * 1024;
     let (value, used) = match len {
-        0..=65_536 => decode_limited::<T, 65_536>(bytes)?,
-        65_537..=1_048_576 => decode_limited::<T, 1_048_576>(bytes)?,
-        1_048_577..=16_777_216 => decode_limited::<T, 16_777_216>(bytes)?,
-        _ if len <= DECODE_INPUT_BYTES_MAX => decode_limited::<T, DECODE_INPUT_BYTES_MAX>(bytes)?,
+        _ if len <= KIB_64 => decode_limited::<T, { KIB_64 * EXPANSION_MAX }>(bytes)?,
+        _ if len <= MIB_1 => decode_limited::<T, { MIB_1 * EXPANSION_MAX }>(bytes)?,
+        _ if len <= MIB_16 => decode_limited::<T, { MIB_16 * EXPANSION_MAX }>(bytes)?,
+        _ if len <= DECODE_INPUT_BYTES_MAX => {
+            decode_limited::<T, { DECODE_INPUT_BYTES_MAX * EXPANSION_MAX }>(bytes)?
+        }
         _ => {
             return Err(DecodeError::TooLarge {
                 len,
@@ -93,6 +106,16 @@ mod tests {
         bytes.extend_from_slice(&(1u64 << 40).to_le_bytes());
         let err = decode::<Vec<u8>>(&bytes).expect_err("must not decode");
         assert!(matches!(err, DecodeError::Malformed(_)), "{err}");
+    }
+
+    #[test]
+    fn the_widest_legitimate_expansion_decodes() {
+        // Empty strings: one byte each on the wire, 24 bytes each in memory.
+        let names = vec![String::new(); 60_000];
+        let bytes = encode(&names).expect("encodes");
+        assert!(bytes.len() <= 65_536);
+        let back: Vec<String> = decode(&bytes).expect("decodes");
+        assert_eq!(back.len(), 60_000);
     }
 
     #[test]
