@@ -7,6 +7,8 @@ use arbor_protocol::codec::DECODE_INPUT_BYTES_MAX;
 use arbor_protocol::frame::DEFAULT_FRAME_BYTES_MAX;
 use arbor_protocol::path::PATH_BYTES_MAX;
 
+use crate::storage::txnlog::{FsyncPolicy, SEGMENT_BYTES_DEFAULT};
+
 /// Room a frame needs beyond a znode's data and path (op tag, versions, xid).
 pub const FRAME_ENVELOPE_BYTES: usize = 1024;
 
@@ -51,6 +53,14 @@ pub struct Config {
     pub handshake_timeout_ms: u64,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace_ms: u64,
+    /// Whether a write waits for fdatasync before it is acknowledged.
+    pub fsync: FsyncPolicy,
+    /// Txns between snapshots (jittered down to half of it).
+    pub snap_count: u64,
+    /// Snapshots kept; the log is kept from the oldest of them on.
+    pub snap_retain: usize,
+    /// Size at which the log rolls to a new segment.
+    pub segment_bytes_max: u64,
 }
 
 impl Default for Config {
@@ -71,6 +81,10 @@ impl Default for Config {
             reap_batch_max: 1000,
             handshake_timeout_ms: 10_000,
             shutdown_grace_ms: 5_000,
+            fsync: FsyncPolicy::Always,
+            snap_count: 100_000,
+            snap_retain: 3,
+            segment_bytes_max: SEGMENT_BYTES_DEFAULT,
         }
     }
 }
@@ -111,6 +125,9 @@ impl Config {
             ("commit_batch_max", self.commit_batch_max),
             ("reap_interval_ms", self.reap_interval_ms as usize),
             ("reap_batch_max", self.reap_batch_max),
+            ("snap_count", self.snap_count as usize),
+            ("snap_retain", self.snap_retain),
+            ("segment_bytes_max", self.segment_bytes_max as usize),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Zero { name });

@@ -54,9 +54,10 @@ pub mod net;
 pub mod pipeline;
 pub mod server;
 pub mod session;
+pub mod storage;
 pub mod tree;
 pub mod txn;
 pub mod watch;
 
 pub use config::Config;
-pub use server::{run, ServerError};
+pub use server::{run, Server, ServerError};

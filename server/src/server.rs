@@ -2,8 +2,10 @@
 //! orderly shutdown.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::future::Future;
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,10 +23,13 @@ use crate::context::Shared;
 use crate::housekeeping;
 use crate::net::{self, Listener};
 use crate::pipeline::apply::StateMachine;
-use crate::pipeline::commit::{run_committer, MemoryLog};
-
-/// The epoch of zxids for a server that remembers nothing (the in-memory log).
-const MEMORY_EPOCH: u64 = 1;
+use crate::pipeline::commit::run_committer;
+use crate::storage::error::StorageError;
+use crate::storage::recovery::{self, DataLayout, RecoveryError};
+use crate::storage::snapshot;
+use crate::storage::snapshotter::{self, SnapshotPolicy, SnapshotThread, Snapshotter};
+use crate::storage::txnlog::{FsyncPolicy, TxnLogOptions, TxnLogWriter};
+use crate::storage::wal::WalCommitLog;
 
 /// How long a refused connection may take to receive its explanation.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -37,29 +42,95 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 pub enum ServerError {
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
-    #[error("i/o error: {0}")]
-    Io(#[from] std::io::Error),
+    #[error("cannot start from the data directory: {0}")]
+    Recovery(#[from] RecoveryError),
+    #[error("write-ahead log: {0}")]
+    Storage(#[from] StorageError),
+    #[error("{path} is in use by another arbord (its LOCK file is held); stop that server or use another --data-dir")]
+    Locked { path: PathBuf },
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
-/// Serves `listener` until `shutdown` completes, then stops taking requests,
-/// answers those in flight (within the grace period) and returns. Sessions
-/// are not expired by a shutdown.
+/// A server whose data directory is open and recovered, ready to serve.
+pub struct Server {
+    config: Config,
+    storage: OpenedStorage,
+}
+
+impl Server {
+    /// Validates the configuration, locks the data directory, recovers the
+    /// state and opens the log. Blocking: call it before serving, so that a
+    /// server that prints its address is one that can answer.
+    pub fn open(config: Config) -> Result<Self, ServerError> {
+        config.validate()?;
+        let storage = open_storage(&config)?;
+        Ok(Self { config, storage })
+    }
+
+    /// The last zxid recovered from the data directory.
+    pub fn last_zxid(&self) -> arbor_protocol::Zxid {
+        self.storage.state.last_zxid()
+    }
+
+    /// Serves `listener` until `shutdown` completes (or a fatal log error),
+    /// then stops taking requests, answers those in flight (within the grace
+    /// period) and returns. Sessions are not expired by a shutdown.
+    pub async fn serve<L: Listener>(
+        self,
+        listener: L,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServerError> {
+        serve(self.config, self.storage, listener, shutdown).await
+    }
+}
+
+/// Opens the data directory and serves `listener` until `shutdown`; see
+/// [`Server::open`] and [`Server::serve`].
 pub async fn run<L: Listener>(
-    mut listener: L,
+    listener: L,
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    config.validate()?;
-    let state = StateMachine::new();
-    let first_zxid_base = MEMORY_EPOCH << 32;
+    let server = tokio::task::block_in_place(|| Server::open(config))?;
+    server.serve(listener, shutdown).await
+}
+
+async fn serve<L: Listener>(
+    config: Config,
+    storage: OpenedStorage,
+    mut listener: L,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let OpenedStorage {
+        state,
+        epoch,
+        commit_log,
+        snapshotter,
+        snapshot_thread,
+        lock,
+    } = storage;
     let (proposals_tx, proposals_rx) = mpsc::channel(config.commit_queue_max);
     let shared = Arc::new(Shared::new(config, state, proposals_tx));
+    {
+        // After a restart every session gets a full timeout to reconnect.
+        let now_ms = shared.clock.monotonic_ms();
+        let state = shared.state.read();
+        let mut tracker = shared.tracker.lock();
+        for (session_id, record) in state.sessions() {
+            tracker.add(session_id, record.timeout_ms, now_ms);
+        }
+    }
     let stop_committer = CancellationToken::new();
     let committer = tokio::spawn(run_committer(
-        MemoryLog::default(),
+        commit_log,
         proposals_rx,
         shared.clone(),
-        first_zxid_base,
+        epoch << 32,
+        Some(snapshotter),
         stop_committer.clone(),
     ));
     let background = TaskTracker::new();
@@ -126,8 +197,91 @@ pub async fn run<L: Listener>(
     background.wait().await;
     stop_committer.cancel();
     let _ = committer.await;
+    // The committer dropped the log (its thread finished the last batch) and
+    // the snapshotter; let a snapshot in progress finish.
+    tokio::task::spawn_blocking(move || snapshot_thread.join())
+        .await
+        .ok();
     info!(last_zxid = shared.last_zxid(), "stopped");
+    drop(lock);
     Ok(())
+}
+
+/// Everything `run` needs from the data directory.
+struct OpenedStorage {
+    state: StateMachine,
+    epoch: u64,
+    commit_log: WalCommitLog,
+    snapshotter: Snapshotter,
+    snapshot_thread: SnapshotThread,
+    /// Held (locked) for as long as the server runs.
+    lock: File,
+}
+
+/// Locks the data directory, recovers the state, repairs a torn log tail and
+/// opens the log for appending.
+fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
+    let layout = DataLayout::new(&config.data_dir);
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ServerError::Io { path, source }
+    };
+    for dir in [&layout.data_dir, &layout.log_dir, &layout.snapshot_dir] {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    let lock = File::create(&layout.lock_file).map_err(io(&layout.lock_file))?;
+    if lock.try_lock().is_err() {
+        return Err(ServerError::Locked {
+            path: layout.data_dir.clone(),
+        });
+    }
+    for removed in
+        snapshot::remove_temporaries(&layout.snapshot_dir).map_err(RecoveryError::from)?
+    {
+        info!(path = %removed.display(), "removed an unfinished snapshot");
+    }
+    let started = std::time::Instant::now();
+    let recovery = recovery::recover(&layout)?;
+    for skipped in &recovery.skipped {
+        warn!(path = %skipped.path.display(), reason = %skipped.reason, "skipped a snapshot that does not verify");
+    }
+    info!(
+        snapshot_zxid = recovery.snapshot.as_ref().map(|s| s.zxid),
+        replayed = recovery.replayed,
+        last_zxid = recovery.state.last_zxid(),
+        nodes = recovery.state.tree.len(),
+        sessions = recovery.state.session_count(),
+        epoch = recovery.epoch,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "recovered"
+    );
+    let options = TxnLogOptions {
+        segment_bytes_max: config.segment_bytes_max,
+        fsync: config.fsync,
+        ..TxnLogOptions::default()
+    };
+    if config.fsync == FsyncPolicy::Never {
+        warn!(
+            "--fsync never: writes are acknowledged before they are durable; a crash can lose them"
+        );
+    }
+    let writer = TxnLogWriter::open(&layout.log_dir, &recovery.tail, options)?;
+    let commit_log = WalCommitLog::start(writer).map_err(io(&layout.log_dir))?;
+    let (snapshotter, snapshot_thread) = snapshotter::start(SnapshotPolicy {
+        snapshot_dir: layout.snapshot_dir.clone(),
+        log_dir: layout.log_dir.clone(),
+        snap_count: config.snap_count,
+        snap_retain: config.snap_retain,
+    })
+    .map_err(io(&layout.snapshot_dir))?;
+    Ok(OpenedStorage {
+        state: recovery.state,
+        epoch: recovery.epoch,
+        commit_log,
+        snapshotter,
+        snapshot_thread,
+        lock,
+    })
 }
 
 /// Tells a refused client why, then closes: the frame goes out before the

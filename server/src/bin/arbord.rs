@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use arbor_server::Config;
+use arbor_server::storage::txnlog::FsyncPolicy;
+use arbor_server::{Config, Server};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -43,6 +44,30 @@ struct Args {
     /// test harness that dies takes its server with it.
     #[arg(long)]
     exit_on_stdin_close: bool,
+    /// `always`: a write is acknowledged only after its log record is
+    /// fsynced. `never`: for benchmarks and tests that say so; a crash loses
+    /// acknowledged writes.
+    #[arg(long, value_enum, default_value_t = Fsync::Always)]
+    fsync: Fsync,
+    /// Txns between snapshots (each jittered down to as little as half).
+    #[arg(long, default_value_t = 100_000)]
+    snap_count: u64,
+    /// Snapshots kept; log segments older than the oldest are purged.
+    #[arg(long, default_value_t = 3)]
+    snap_retain: usize,
+    /// Size at which the write-ahead log rolls to a new segment, in bytes.
+    #[arg(long, default_value_t = arbor_server::storage::txnlog::SEGMENT_BYTES_DEFAULT)]
+    segment_bytes: u64,
+    /// Check the data directory's snapshots and log without changing them,
+    /// print what was found, and exit (1 if the server would refuse to start).
+    #[arg(long)]
+    verify: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Fsync {
+    Always,
+    Never,
 }
 
 impl Args {
@@ -57,6 +82,13 @@ impl Args {
             connections_max: self.max_connections,
             connections_per_ip_max: self.max_connections_per_ip,
             reap_interval_ms: self.reap_interval_ms,
+            fsync: match self.fsync {
+                Fsync::Always => FsyncPolicy::Always,
+                Fsync::Never => FsyncPolicy::Never,
+            },
+            snap_count: self.snap_count,
+            snap_retain: self.snap_retain,
+            segment_bytes_max: self.segment_bytes,
             ..Config::default()
         }
     }
@@ -74,6 +106,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if args.verify {
+        return verify(&args.data_dir);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -83,8 +118,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         .init();
     let config = args.config();
     config.validate().context("invalid settings")?;
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+    let server = Server::open(config)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -97,15 +131,26 @@ fn run(args: Args) -> anyhow::Result<()> {
         let addr = listener
             .local_addr()
             .context("cannot read the listening address")?;
-        // Tests start arbord on port 0 and read this line to find it.
+        // Printed once the data directory is recovered and the port is bound:
+        // tests start arbord on port 0 and read this line to find it.
         println!("arbord listening on {addr}");
         std::io::stdout()
             .flush()
             .context("cannot write to stdout")?;
         let stdin_closed = args.exit_on_stdin_close.then(stdin_closed);
-        arbor_server::run(listener, config, shutdown_signal(stdin_closed)).await?;
+        server
+            .serve(listener, shutdown_signal(stdin_closed))
+            .await?;
         Ok(())
     })
+}
+
+/// `--verify`: prints the report; an error is what a start would refuse with.
+fn verify(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let report = arbor_server::storage::recovery::verify(data_dir)?;
+    println!("{report}");
+    println!("ok: arbord would start from {}", data_dir.display());
+    Ok(())
 }
 
 /// Completes when standard input is closed (a reader thread, since tokio's

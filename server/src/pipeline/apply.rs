@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use arbor_protocol::{ErrorCode, OpResult, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 
-use crate::tree::{Change, DataTree};
+use crate::tree::{Change, DataTree, TreeView};
 use crate::txn::{CloseReason, Txn, TxnEntry};
 
 /// A session as the state machine knows it.
@@ -18,6 +18,14 @@ use crate::txn::{CloseReason, Txn, TxnEntry};
 pub struct SessionRecord {
     pub timeout_ms: u32,
     pub password: [u8; SESSION_PASSWORD_BYTES],
+}
+
+/// The state as of one zxid, detached from the live state machine.
+#[derive(Debug, Clone)]
+pub struct StateView {
+    pub tree: TreeView,
+    pub sessions: Vec<(SessionId, SessionRecord)>,
+    pub last_zxid: Zxid,
 }
 
 /// A session that began or ended with a txn.
@@ -64,6 +72,33 @@ impl StateMachine {
 
     pub fn session_count(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// Every session, in no particular order.
+    pub fn sessions(&self) -> impl Iterator<Item = (SessionId, &SessionRecord)> {
+        self.sessions.iter().map(|(id, record)| (*id, record))
+    }
+
+    /// A frozen copy of the whole state for a snapshot (see [`DataTree::view`]).
+    pub fn view(&self) -> StateView {
+        StateView {
+            tree: self.tree.view(),
+            sessions: self.sessions().map(|(id, record)| (id, *record)).collect(),
+            last_zxid: self.last_zxid,
+        }
+    }
+
+    /// A state machine as a snapshot recorded it.
+    pub fn from_parts(
+        tree: DataTree,
+        sessions: impl IntoIterator<Item = (SessionId, SessionRecord)>,
+        last_zxid: Zxid,
+    ) -> Self {
+        Self {
+            tree,
+            sessions: sessions.into_iter().collect(),
+            last_zxid,
+        }
     }
 
     /// Applies one entry. Entries must come in strictly increasing zxid order.

@@ -17,6 +17,7 @@ use tracing::{debug, error, info};
 
 use crate::context::Shared;
 use crate::pipeline::apply::SessionChange;
+use crate::storage::snapshotter::Snapshotter;
 use crate::txn::{CloseReason, Txn, TxnEntry};
 
 /// A write waiting for its place in the order.
@@ -33,22 +34,25 @@ pub struct Proposal {
 /// make durable must never be acknowledged.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
-    #[error("commit log i/o failed: {0}")]
-    Io(#[from] std::io::Error),
+    #[error("write-ahead log: {0}")]
+    Log(#[from] crate::storage::error::StorageError),
+    #[error("the write-ahead log thread has stopped")]
+    Stopped,
 }
 
 /// Where txns become durable before they are applied. Standalone: a local
 /// write-ahead log. In a cluster: Raft, whose state machine is the tree.
 pub trait CommitLog: Send + 'static {
-    /// Makes `entries` durable, in order; returns once all of them are.
+    /// Makes `entries` durable, in order; returns them once all of them are.
+    /// (They are handed over and back so a log on another thread needs no copy.)
     fn append(
         &mut self,
-        entries: &[TxnEntry],
-    ) -> impl Future<Output = Result<(), CommitError>> + Send;
+        entries: Vec<TxnEntry>,
+    ) -> impl Future<Output = Result<Vec<TxnEntry>, CommitError>> + Send;
 }
 
-/// A log that keeps nothing: writes are lost on restart. It stands in until
-/// the write-ahead log exists, and serves tests of everything above it.
+/// A log that keeps nothing: writes are lost on restart. For tests of
+/// everything above the log.
 #[derive(Debug, Default)]
 pub struct MemoryLog {
     appended: u64,
@@ -62,19 +66,21 @@ impl MemoryLog {
 }
 
 impl CommitLog for MemoryLog {
-    async fn append(&mut self, entries: &[TxnEntry]) -> Result<(), CommitError> {
+    async fn append(&mut self, entries: Vec<TxnEntry>) -> Result<Vec<TxnEntry>, CommitError> {
         self.appended += entries.len() as u64;
-        Ok(())
+        Ok(entries)
     }
 }
 
 /// Runs the committer until `stop` is cancelled and the queue is drained.
-/// Zxids continue from `last_zxid`.
+/// Zxids continue from `last_zxid`. With `snapshots`, a snapshot is started
+/// every so many applied txns.
 pub async fn run_committer<L: CommitLog>(
     mut log: L,
     mut proposals: mpsc::Receiver<Proposal>,
     shared: Arc<Shared>,
     mut last_zxid: Zxid,
+    mut snapshots: Option<Snapshotter>,
     stop: CancellationToken,
 ) {
     let batch_max = shared.config.commit_batch_max;
@@ -102,20 +108,29 @@ pub async fn run_committer<L: CommitLog>(
                 txn: proposal.txn,
             });
         }
-        if let Err(err) = log.append(&entries).await {
-            error!(error = %err, first_zxid = entries[0].zxid, "commit log failed; stopping the server");
-            for reply in replies.into_iter().flatten() {
-                let _ = reply.send(Err(ErrorCode::Unavailable));
+        let first_zxid = entries[0].zxid;
+        let entries = match log.append(entries).await {
+            Ok(entries) => entries,
+            Err(err) => {
+                // Nothing of this batch is acknowledged or applied: a write
+                // that may not be durable must never become visible.
+                error!(error = %err, first_zxid, "commit log failed; stopping the server");
+                for reply in replies.into_iter().flatten() {
+                    let _ = reply.send(Err(ErrorCode::Unavailable));
+                }
+                shared.shutdown.cancel();
+                break;
             }
-            shared.shutdown.cancel();
-            break;
-        }
+        };
         let results = apply_batch(&shared, &entries);
         for (reply, result) in replies.into_iter().zip(results) {
             if let Some(reply) = reply {
                 // The proposer may have gone (connection closed); the write stands.
                 let _ = reply.send(result);
             }
+        }
+        if let Some(snapshots) = snapshots.as_mut() {
+            snapshots.applied(entries.len() as u64, &shared);
         }
     }
     debug!(last_zxid, "committer stopped");

@@ -7,6 +7,7 @@
 //! every op passes are they applied, so a failed write changes nothing.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use arbor_protocol::path;
 use arbor_protocol::{
@@ -20,6 +21,27 @@ use crate::txn::Txn;
 /// same answer on every replay, whatever the configuration of the day.
 pub const CHILDREN_PER_NODE_MAX: u32 = 1 << 20;
 
+/// A frozen copy of the tree's nodes (see [`DataTree::view`]).
+#[derive(Debug, Clone)]
+pub struct TreeView {
+    nodes: HashMap<Arc<str>, Arc<Node>>,
+}
+
+impl TreeView {
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Every node, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Node)> {
+        self.nodes.iter().map(|(path, node)| (&**path, &**node))
+    }
+}
+
 /// What a write did to the tree, for the watch manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -29,10 +51,12 @@ pub enum Change {
     ChildrenChanged(String),
 }
 
-/// The tree of znodes.
+/// The tree of znodes. Nodes sit behind `Arc`s so that a snapshot can take a
+/// copy-on-write view of the whole tree in one cheap pass (see [`DataTree::view`]):
+/// a node shared with a view is copied the first time it changes afterwards.
 #[derive(Debug)]
 pub struct DataTree {
-    nodes: HashMap<String, Node>,
+    nodes: HashMap<Arc<str>, Arc<Node>>,
     ephemerals: HashMap<SessionId, BTreeSet<String>>,
     containers: BTreeSet<String>,
     ttls: BTreeSet<String>,
@@ -100,7 +124,7 @@ impl DataTree {
             sequence: 0,
         };
         Self {
-            nodes: HashMap::from([("/".to_owned(), root)]),
+            nodes: HashMap::from([(Arc::from("/"), Arc::new(root))]),
             ephemerals: HashMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
@@ -108,7 +132,87 @@ impl DataTree {
     }
 
     pub fn node(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path)
+        self.nodes.get(path).map(|node| &**node)
+    }
+
+    fn node_mut(&mut self, path: &str) -> Option<&mut Node> {
+        self.nodes.get_mut(path).map(Arc::make_mut)
+    }
+
+    /// A frozen copy of every node as of now, for a snapshot. Costs one
+    /// pointer copy per node; later writes copy the nodes they change.
+    pub fn view(&self) -> TreeView {
+        TreeView {
+            nodes: self.nodes.clone(),
+        }
+    }
+
+    /// Rebuilds a tree from the nodes of a snapshot (children lists and the
+    /// indexes are derived from the paths and kinds). Fails if a node's parent
+    /// is missing or a path repeats.
+    pub fn from_nodes(nodes: impl IntoIterator<Item = (String, Node)>) -> Result<Self, String> {
+        let mut tree = DataTree {
+            nodes: HashMap::new(),
+            ephemerals: HashMap::new(),
+            containers: BTreeSet::new(),
+            ttls: BTreeSet::new(),
+        };
+        for (path, mut node) in nodes {
+            node.children.clear();
+            if tree
+                .nodes
+                .insert(Arc::from(path.as_str()), Arc::new(node))
+                .is_some()
+            {
+                return Err(format!("node {path} appears twice"));
+            }
+        }
+        if !tree.nodes.contains_key("/") {
+            return Err("the root node is missing".into());
+        }
+        let paths: Vec<Arc<str>> = tree.nodes.keys().cloned().collect();
+        for path in paths {
+            let (kind, owner) = {
+                let node = &tree.nodes[&path];
+                (node.kind, node.stat.ephemeral_owner)
+            };
+            tree.index(&path, kind, owner);
+            let Some(parent) = path::parent(&path) else {
+                continue;
+            };
+            let parent = tree
+                .node_mut(parent)
+                .ok_or_else(|| format!("node {path} has no parent"))?;
+            parent.children.insert(path::name(&path).to_owned());
+        }
+        for (path, node) in &tree.nodes {
+            if node.children.len() != node.stat.num_children as usize {
+                return Err(format!(
+                    "node {path} records {} children but {} were found",
+                    node.stat.num_children,
+                    node.children.len()
+                ));
+            }
+        }
+        Ok(tree)
+    }
+
+    fn index(&mut self, path: &str, kind: NodeKind, owner: SessionId) {
+        match kind {
+            NodeKind::Ephemeral => {
+                self.ephemerals
+                    .entry(owner)
+                    .or_default()
+                    .insert(path.to_owned());
+            }
+            NodeKind::Container => {
+                self.containers.insert(path.to_owned());
+            }
+            NodeKind::Ttl { .. } => {
+                self.ttls.insert(path.to_owned());
+            }
+            NodeKind::Persistent => {}
+        }
     }
 
     /// Number of znodes, the root included.
@@ -201,8 +305,7 @@ impl DataTree {
             }
             MultiOp::SetData { path, data, .. } => {
                 let node = self
-                    .nodes
-                    .get_mut(path)
+                    .node_mut(path)
                     .expect("check_op verified the node exists");
                 node.data.clone_from(data);
                 node.stat.version = node.stat.version.wrapping_add(1);
@@ -228,8 +331,7 @@ impl DataTree {
     ) -> Stat {
         let parent_path = path::parent(path).expect("created paths have a parent");
         let parent = self
-            .nodes
-            .get_mut(parent_path)
+            .node_mut(parent_path)
             .expect("check_op verified the parent exists");
         parent.children.insert(path::name(path).to_owned());
         parent.stat.num_children += 1;
@@ -252,31 +354,15 @@ impl DataTree {
             num_children: 0,
         };
         let kind = NodeKind::of(mode);
-        match kind {
-            NodeKind::Ephemeral => {
-                self.ephemerals
-                    .entry(owner)
-                    .or_default()
-                    .insert(path.to_owned());
-            }
-            NodeKind::Container => {
-                self.containers.insert(path.to_owned());
-            }
-            NodeKind::Ttl { .. } => {
-                self.ttls.insert(path.to_owned());
-            }
-            NodeKind::Persistent => {}
-        }
-        self.nodes.insert(
-            path.to_owned(),
-            Node {
-                data,
-                stat,
-                kind,
-                children: BTreeSet::new(),
-                sequence: 0,
-            },
-        );
+        self.index(path, kind, owner);
+        let node = Node {
+            data,
+            stat,
+            kind,
+            children: BTreeSet::new(),
+            sequence: 0,
+        };
+        self.nodes.insert(Arc::from(path), Arc::new(node));
         changes.push(Change::Created(path.to_owned()));
         changes.push(Change::ChildrenChanged(parent_path.to_owned()));
         stat
@@ -307,7 +393,7 @@ impl DataTree {
             NodeKind::Persistent => {}
         }
         if let Some(parent_path) = path::parent(path) {
-            if let Some(parent) = self.nodes.get_mut(parent_path) {
+            if let Some(parent) = self.node_mut(parent_path) {
                 parent.children.remove(path::name(path));
                 parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
                 parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
@@ -381,12 +467,12 @@ impl DataTree {
     pub fn reap_candidates(&self, now_ms: u64, limit: usize) -> Vec<Txn> {
         let containers = self.containers.iter().filter(|path| {
             self.nodes
-                .get(*path)
+                .get(path.as_str())
                 .is_some_and(|n| n.stat.num_children == 0 && n.stat.cversion > 0)
         });
         let containers = containers.map(|path| Txn::ReapContainer { path: path.clone() });
         let ttls = self.ttls.iter().filter(|path| {
-            self.nodes.get(*path).is_some_and(|n| match n.kind {
+            self.nodes.get(path.as_str()).is_some_and(|n| match n.kind {
                 NodeKind::Ttl { ttl_ms } => {
                     n.stat.num_children == 0 && ttl_elapsed(n, ttl_ms, now_ms)
                 }
@@ -739,5 +825,43 @@ mod tests {
         tree.reap_ttl("/t", 6, T + 500, &mut Vec::new())
             .expect("reaped");
         assert_eq!(tree.len(), 1);
+    }
+
+    #[test]
+    fn a_view_is_frozen_and_rebuilds_the_same_tree() {
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", CreateMode::Persistent, 1).expect("created");
+        create(&mut tree, "/a/e", CreateMode::Ephemeral, 2).expect("created");
+        create(&mut tree, "/c", CreateMode::Container, 3).expect("created");
+        let view = tree.view();
+        let set = MultiOp::SetData {
+            path: "/a".into(),
+            data: b"later".to_vec(),
+            version: -1,
+        };
+        tree.write(7, true, &set, 4, T, &mut Vec::new())
+            .expect("set");
+        let frozen: HashMap<&str, &Node> = view.iter().collect();
+        assert_eq!(
+            frozen["/a"].data, b"x",
+            "the view does not see later writes"
+        );
+        let rebuilt = DataTree::from_nodes(view.iter().map(|(p, n)| (p.to_owned(), n.clone())))
+            .expect("rebuilds");
+        assert_eq!(rebuilt.len(), 4);
+        assert!(rebuilt.node("/a").expect("exists").children.contains("e"));
+        assert_eq!(rebuilt.ephemerals_of(7).count(), 1);
+        assert_eq!(rebuilt.containers.len(), 1);
+    }
+
+    #[test]
+    fn rebuilding_refuses_orphans_and_wrong_child_counts() {
+        let tree = DataTree::new();
+        let root = tree.node("/").expect("root").clone();
+        let orphan = (String::from("/x/y"), root.clone());
+        assert!(DataTree::from_nodes([("/".to_owned(), root.clone()), orphan]).is_err());
+        let mut lying = root.clone();
+        lying.stat.num_children = 3;
+        assert!(DataTree::from_nodes([("/".to_owned(), lying)]).is_err());
     }
 }

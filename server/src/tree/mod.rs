@@ -8,5 +8,5 @@
 mod data_tree;
 mod node;
 
-pub use data_tree::{Change, DataTree, CHILDREN_PER_NODE_MAX};
+pub use data_tree::{Change, DataTree, TreeView, CHILDREN_PER_NODE_MAX};
 pub use node::{Node, NodeKind};

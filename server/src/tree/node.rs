@@ -3,9 +3,10 @@
 use std::collections::BTreeSet;
 
 use arbor_protocol::{CreateMode, Stat};
+use bincode::{Decode, Encode};
 
 /// What kind of node this is; decides when the server deletes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum NodeKind {
     Persistent,
     /// Owned by `stat.ephemeral_owner`; deleted when that session ends.
