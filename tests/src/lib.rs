@@ -36,6 +36,10 @@ pub struct TestServer {
     _stdin: Option<ChildStdin>,
     addr: String,
     data_dir: PathBuf,
+    /// Flags given at start, reused by `restart`.
+    extra: Vec<String>,
+    /// Whether `drop` removes the data directory.
+    owns_data: bool,
 }
 
 /// Where the `arbord` binary is: `ARBORD_BIN`, or beside the test executable
@@ -105,57 +109,107 @@ impl TestServer {
         Self::start_with(&[])
     }
 
-    /// Starts a server with extra flags.
+    /// Starts a server with extra flags and a fresh data directory, removed
+    /// when the server is dropped.
     pub fn start_with(extra: &[&str]) -> Self {
-        let data_dir = std::env::temp_dir().join(format!(
-            "arbor-test-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&data_dir);
+        let data_dir = fresh_data_dir();
+        let mut server = Self::spawn(&data_dir, "127.0.0.1:0", extra);
+        server.owns_data = true;
+        server
+    }
+
+    /// Starts a server on an existing data directory, which it leaves in place.
+    pub fn start_in(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::spawn(data_dir, "127.0.0.1:0", extra)
+    }
+
+    /// Starts a server in `data_dir`, or returns what it printed on stderr
+    /// if it exits instead of listening.
+    pub fn try_start_in(data_dir: &Path, extra: &[&str]) -> Result<Self, String> {
+        Self::try_spawn(data_dir, "127.0.0.1:0", extra)
+    }
+
+    /// Kills the process with SIGKILL (no shutdown at all) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same data directory and address (after
+    /// `kill` or `terminate`), with the same flags.
+    pub fn restart(&mut self) {
+        self.kill();
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let next = Self::spawn(&self.data_dir, &self.addr, &extra);
+        let owns = self.owns_data;
+        self.owns_data = false; // the old value's drop must not remove the data
+        let old = std::mem::replace(self, next);
+        drop(old);
+        self.owns_data = owns;
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
+        Self::try_spawn(data_dir, listen, extra)
+            .unwrap_or_else(|stderr| panic!("arbord did not start: {stderr}"))
+    }
+
+    fn try_spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self, String> {
         let tick = TEST_TICK_MS.to_string();
+        let dir = data_dir.to_string_lossy().into_owned();
         let mut args = vec![
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--tick-ms",
             &tick,
             "--reap-interval-ms",
             "100",
             "--exit-on-stdin-close",
             "--data-dir",
+            &dir,
         ];
-        let dir = data_dir.to_string_lossy().into_owned();
-        args.push(&dir);
         args.extend_from_slice(extra);
-        let stderr = if std::env::var_os("ARBOR_TEST_LOG").is_some() {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        };
+        let log_to_terminal = std::env::var_os("ARBOR_TEST_LOG").is_some();
         let mut child = Command::new(arbord_path())
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(stderr)
+            .stderr(if log_to_terminal {
+                Stdio::inherit()
+            } else {
+                Stdio::piped()
+            })
             .spawn()
             .expect("arbord starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("arbord prints its address");
-        let addr = line
-            .trim()
-            .strip_prefix("arbord listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from arbord: {line:?}"))
-            .to_owned();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let Some(addr) = line.trim().strip_prefix("arbord listening on ") else {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("arbord exits");
+            return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+        };
+        let addr = addr.to_owned();
+        if !log_to_terminal {
+            // Keep draining stderr so the server never blocks on a full pipe.
+            if let Some(stderr) = child.stderr.take() {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink());
+                });
+            }
+        }
         let stdin = child.stdin.take();
-        Self {
+        Ok(Self {
             child,
             _stdin: stdin,
             addr,
-            data_dir,
-        }
+            data_dir: data_dir.to_owned(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            owns_data: false,
+        })
     }
 
     /// `host:port` of the server.
@@ -192,7 +246,46 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        if self.owns_data {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+    }
+}
+
+/// A new, empty, unique directory under the system temp dir.
+pub fn fresh_data_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "arbor-test-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Removes a directory when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        Self(fresh_data_dir())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Default for TempDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

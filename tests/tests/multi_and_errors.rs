@@ -234,3 +234,23 @@ async fn stat_fields_follow_zookeeper() {
     assert_eq!(now.pzxid, child.czxid, "pzxid is the last child change");
     assert!(now.mzxid > child.czxid && now.czxid == created.czxid);
 }
+
+#[tokio::test]
+async fn a_thousand_children_list_with_their_stats() {
+    // Decoding limits count memory, not wire bytes: a reply of many small
+    // entries must still decode on both sides.
+    let server = TestServer::start();
+    let c = client(&server).await;
+    c.create("/many", Vec::new(), CreateMode::Persistent)
+        .await
+        .expect("created");
+    let ops = (0..1000)
+        .map(|i| multi::create(format!("/many/{i}"), Vec::new(), CreateMode::Persistent))
+        .collect();
+    c.multi(ops).await.expect("created");
+    let (children, stat) = c.get_children_with_stat("/many").await.expect("listed");
+    assert_eq!((children.len(), stat.num_children), (1000, 1000));
+    assert!(children
+        .iter()
+        .all(|child| child.stat.czxid == children[0].stat.czxid));
+}
