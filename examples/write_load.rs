@@ -4,7 +4,11 @@
 //! ```text
 //! cargo run --release -p arbor-examples --example write_load -- \
 //!     [--server 127.0.0.1:7181] [--in-flight 64] [--connections 8] [--secs 5] [--probe-dir ./arbor-data]
+//! cargo run --release -p arbor-examples --example write_load -- --fill 1000000
 //! ```
+//!
+//! `--fill N` instead creates N znodes of 32 bytes (in multis of 1000) and
+//! exits: a large tree for recovery and memory measurements.
 //!
 //! Each request creates a 100-byte persistent node. `--probe-dir` times
 //! 4 KiB write + fdatasync cycles in that directory (the data directory's
@@ -25,6 +29,7 @@ struct Args {
     connections: usize,
     secs: u64,
     probe_dir: Option<PathBuf>,
+    fill: Option<u64>,
 }
 
 fn parse_args() -> Args {
@@ -34,6 +39,7 @@ fn parse_args() -> Args {
         connections: 8,
         secs: 5,
         probe_dir: None,
+        fill: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -44,6 +50,7 @@ fn parse_args() -> Args {
             "--connections" => args.connections = value.parse().expect("a number"),
             "--secs" => args.secs = value.parse().expect("a number"),
             "--probe-dir" => args.probe_dir = Some(PathBuf::from(value)),
+            "--fill" => args.fill = Some(value.parse().expect("a number")),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -79,9 +86,58 @@ fn fsync_probe(dir: &std::path::Path, count: usize) -> Vec<Duration> {
     times
 }
 
+/// Znodes per multi when filling.
+const FILL_BATCH: u64 = 1000;
+
+/// Creates `count` znodes of 32 bytes under `/fill-<pid>`, `in_flight` multis at a time.
+async fn fill(args: &Args, count: u64) -> Result<(), Error> {
+    let client = Client::connect(&args.server, ClientOptions::default()).await?;
+    let root = format!("/fill-{}", std::process::id());
+    client
+        .create(&root, Vec::new(), CreateMode::Persistent)
+        .await?;
+    let started = Instant::now();
+    let batches = count.div_ceil(FILL_BATCH);
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..args.in_flight.min(16) {
+        let (client, root, next) = (client.clone(), root.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let batch = next.fetch_add(1, Ordering::Relaxed);
+                if batch >= batches {
+                    return Ok::<_, Error>(());
+                }
+                let first = batch * FILL_BATCH;
+                let ops = (first..(first + FILL_BATCH).min(count))
+                    .map(|i| {
+                        arbor_client::multi::create(
+                            format!("{root}/n{i}"),
+                            vec![7u8; 32],
+                            CreateMode::Persistent,
+                        )
+                    })
+                    .collect();
+                client.multi(ops).await?;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task joins")?;
+    }
+    println!(
+        "filled {count} znodes under {root} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args = parse_args();
+    if let Some(count) = args.fill {
+        return fill(&args, count).await;
+    }
     let probe = |label: &str| {
         if let Some(dir) = &args.probe_dir {
             let times = fsync_probe(dir, 500);

@@ -206,7 +206,10 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
         };
         write_record(&mut out, &mut body, &session, &temp)?;
     }
-    for (node_path, node) in view.tree.iter() {
+    // Path order: loading then builds each children list without searching.
+    let mut nodes: Vec<(&str, &Node)> = view.tree.iter().collect();
+    nodes.sort_unstable_by_key(|(node_path, _)| *node_path);
+    for (node_path, node) in nodes {
         let record = RecordOut::Node {
             path: node_path,
             data: &node.data,

@@ -88,9 +88,14 @@ impl Snapshotter {
         if self.since_last < self.next_after {
             return;
         }
+        let started = std::time::Instant::now();
         let view = shared.state.read().view();
+        // Writes wait for this copy (reads do not): worth watching.
+        let view_us = started.elapsed().as_micros() as u64;
+        let (zxid, nodes) = (view.last_zxid, view.tree.len());
         match self.views.try_send(view) {
             Ok(()) => {
+                info!(zxid, nodes, view_us, "snapshot started");
                 self.since_last = 0;
                 self.next_after = jittered(self.snap_count);
             }

@@ -15,6 +15,7 @@ use arbor_protocol::{
 };
 
 use super::node::{Node, NodeKind};
+use super::node_map::NodeMap;
 use crate::txn::Txn;
 
 /// Children one node may have. A constant, not a setting: apply must give the
@@ -24,7 +25,7 @@ pub const CHILDREN_PER_NODE_MAX: u32 = 1 << 20;
 /// A frozen copy of the tree's nodes (see [`DataTree::view`]).
 #[derive(Debug, Clone)]
 pub struct TreeView {
-    nodes: HashMap<Arc<str>, Arc<Node>>,
+    nodes: NodeMap,
 }
 
 impl TreeView {
@@ -51,12 +52,11 @@ pub enum Change {
     ChildrenChanged(String),
 }
 
-/// The tree of znodes. Nodes sit behind `Arc`s so that a snapshot can take a
-/// copy-on-write view of the whole tree in one cheap pass (see [`DataTree::view`]):
-/// a node shared with a view is copied the first time it changes afterwards.
+/// The tree of znodes. Nodes sit in a copy-on-write [`NodeMap`], so that a
+/// snapshot can take a view of the whole tree at once (see [`DataTree::view`]).
 #[derive(Debug)]
 pub struct DataTree {
-    nodes: HashMap<Arc<str>, Arc<Node>>,
+    nodes: NodeMap,
     ephemerals: HashMap<SessionId, BTreeSet<String>>,
     containers: BTreeSet<String>,
     ttls: BTreeSet<String>,
@@ -123,8 +123,10 @@ impl DataTree {
             children: BTreeSet::new(),
             sequence: 0,
         };
+        let mut nodes = NodeMap::new();
+        nodes.insert(Arc::from("/"), Arc::new(root));
         Self {
-            nodes: HashMap::from([(Arc::from("/"), Arc::new(root))]),
+            nodes,
             ephemerals: HashMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
@@ -136,11 +138,12 @@ impl DataTree {
     }
 
     fn node_mut(&mut self, path: &str) -> Option<&mut Node> {
-        self.nodes.get_mut(path).map(Arc::make_mut)
+        self.nodes.get_mut(path)
     }
 
     /// A frozen copy of every node as of now, for a snapshot. Costs one
-    /// pointer copy per node; later writes copy the nodes they change.
+    /// pointer copy per shard; later writes copy the shards and nodes they
+    /// change (see [`NodeMap`]).
     pub fn view(&self) -> TreeView {
         TreeView {
             nodes: self.nodes.clone(),
@@ -148,44 +151,59 @@ impl DataTree {
     }
 
     /// Rebuilds a tree from the nodes of a snapshot (children lists and the
-    /// indexes are derived from the paths and kinds). Fails if a node's parent
-    /// is missing or a path repeats.
+    /// indexes are derived from the paths and kinds). Fastest with nodes in
+    /// path order. Fails if a node's parent is missing or a path repeats.
     pub fn from_nodes(nodes: impl IntoIterator<Item = (String, Node)>) -> Result<Self, String> {
         let mut tree = DataTree {
-            nodes: HashMap::new(),
+            nodes: NodeMap::new(),
             ephemerals: HashMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
         };
+        let mut order = Vec::new();
         for (path, mut node) in nodes {
             node.children.clear();
-            if tree
-                .nodes
-                .insert(Arc::from(path.as_str()), Arc::new(node))
-                .is_some()
-            {
+            let path: Arc<str> = Arc::from(path.as_str());
+            if tree.nodes.insert(path.clone(), Arc::new(node)).is_some() {
                 return Err(format!("node {path} appears twice"));
             }
+            order.push(path);
         }
         if !tree.nodes.contains_key("/") {
             return Err("the root node is missing".into());
         }
-        let paths: Vec<Arc<str>> = tree.nodes.keys().cloned().collect();
-        for path in paths {
-            let (kind, owner) = {
-                let node = &tree.nodes[&path];
-                (node.kind, node.stat.ephemeral_owner)
-            };
-            tree.index(&path, kind, owner);
-            let Some(parent) = path::parent(&path) else {
+        // Gather each parent's children, then build every set in one go:
+        // collecting into a BTreeSet sorts once and bulk-builds, instead of
+        // searching the set once per child.
+        let mut children: HashMap<Arc<str>, Vec<String>> = HashMap::new();
+        // In input order: snapshots list nodes sorted by path, so each
+        // parent's names arrive sorted and the sort below is a single pass.
+        let mut indexes = Vec::new();
+        for path in &order {
+            let node = tree.nodes.get(path).expect("inserted above");
+            indexes.push((path.clone(), node.kind, node.stat.ephemeral_owner));
+            let Some(parent) = path::parent(path) else {
                 continue;
             };
-            let parent = tree
-                .node_mut(parent)
+            let (parent, _) = tree
+                .nodes
+                .get_key_value(parent)
                 .ok_or_else(|| format!("node {path} has no parent"))?;
-            parent.children.insert(path::name(&path).to_owned());
+            children
+                .entry(parent.clone())
+                .or_default()
+                .push(path::name(path).to_owned());
         }
-        for (path, node) in &tree.nodes {
+        for (path, kind, owner) in indexes {
+            tree.index(&path, kind, owner);
+        }
+        for (parent, names) in children {
+            let node = tree
+                .node_mut(&parent)
+                .expect("parents were looked up above");
+            node.children = names.into_iter().collect();
+        }
+        for (path, node) in tree.nodes.iter() {
             if node.children.len() != node.stat.num_children as usize {
                 return Err(format!(
                     "node {path} records {} children but {} were found",

@@ -7,6 +7,8 @@
 
 mod data_tree;
 mod node;
+mod node_map;
 
 pub use data_tree::{Change, DataTree, TreeView, CHILDREN_PER_NODE_MAX};
 pub use node::{Node, NodeKind};
+pub use node_map::{NodeMap, NODE_SHARDS};

@@ -1,0 +1,135 @@
+//! The map from path to node, split into shards that are shared
+//! copy-on-write with snapshot views.
+//!
+//! A snapshot view clones the shard table: [`NODE_SHARDS`] pointer copies,
+//! whatever the size of the tree, so writes wait microseconds for it instead
+//! of a pass over every node. The first write to a shard while a view still
+//! holds it copies that shard (1/[`NODE_SHARDS`] of the tree), and the node
+//! it changes; the cost of a snapshot is spread over the writes that follow
+//! it rather than paid at once.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use super::Node;
+
+/// Shards of the node map. More shards: smaller copies per write during a
+/// snapshot, a slightly larger fixed cost per view.
+pub const NODE_SHARDS: usize = 1024;
+
+type Shard = HashMap<Arc<str>, Arc<Node>>;
+
+#[derive(Debug, Clone)]
+pub struct NodeMap {
+    shards: Vec<Arc<Shard>>,
+    /// Picks the shard; randomly keyed, so clients cannot aim at one shard.
+    hasher: RandomState,
+    len: usize,
+}
+
+impl Default for NodeMap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NodeMap {
+    pub fn new() -> Self {
+        Self {
+            shards: (0..NODE_SHARDS).map(|_| Arc::new(Shard::new())).collect(),
+            hasher: RandomState::new(),
+            len: 0,
+        }
+    }
+
+    fn shard(&self, path: &str) -> usize {
+        (self.hasher.hash_one(path) % NODE_SHARDS as u64) as usize
+    }
+
+    pub fn get(&self, path: &str) -> Option<&Arc<Node>> {
+        self.shards[self.shard(path)].get(path)
+    }
+
+    pub fn get_key_value(&self, path: &str) -> Option<(&Arc<str>, &Arc<Node>)> {
+        self.shards[self.shard(path)].get_key_value(path)
+    }
+
+    pub fn contains_key(&self, path: &str) -> bool {
+        self.get(path).is_some()
+    }
+
+    /// The node, copied first if a view shares it (and its shard).
+    pub fn get_mut(&mut self, path: &str) -> Option<&mut Node> {
+        let shard = self.shard(path);
+        Arc::make_mut(&mut self.shards[shard])
+            .get_mut(path)
+            .map(Arc::make_mut)
+    }
+
+    pub fn insert(&mut self, path: Arc<str>, node: Arc<Node>) -> Option<Arc<Node>> {
+        let shard = self.shard(&path);
+        let old = Arc::make_mut(&mut self.shards[shard]).insert(path, node);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    pub fn remove(&mut self, path: &str) -> Option<Arc<Node>> {
+        let shard = self.shard(path);
+        let old = Arc::make_mut(&mut self.shards[shard]).remove(path);
+        if old.is_some() {
+            self.len -= 1;
+        }
+        old
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<Node>)> {
+        self.shards.iter().flat_map(|shard| shard.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::NodeKind;
+
+    fn node(version: i32) -> Arc<Node> {
+        let mut node = Node {
+            data: Vec::new(),
+            stat: Default::default(),
+            kind: NodeKind::Persistent,
+            children: Default::default(),
+            sequence: 0,
+        };
+        node.stat.version = version;
+        Arc::new(node)
+    }
+
+    #[test]
+    fn a_clone_is_frozen_while_the_original_changes() {
+        let mut map = NodeMap::new();
+        for i in 0..5000 {
+            map.insert(Arc::from(format!("/n{i}").as_str()), node(0));
+        }
+        let view = map.clone();
+        map.get_mut("/n7").expect("exists").stat.version = 9;
+        map.remove("/n8");
+        map.insert(Arc::from("/new"), node(1));
+        assert_eq!(view.get("/n7").expect("in view").stat.version, 0);
+        assert!(view.get("/n8").is_some() && view.get("/new").is_none());
+        assert_eq!((view.len(), map.len()), (5000, 5000));
+        assert_eq!(map.get("/n7").expect("exists").stat.version, 9);
+        assert_eq!(view.iter().count(), 5000);
+    }
+}
