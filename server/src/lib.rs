@@ -32,6 +32,16 @@
 //!   connection before any reply that reflects the change, so a client never
 //!   sees the new state before the event that announces it.
 //!
+//! ## Durability
+//!
+//! Standalone, the commit log is the write-ahead log ([`storage`]): a write
+//! is acknowledged only after its record is fsynced, and one fsync covers every
+//! write queued meanwhile. Snapshots are taken in the background from a
+//! copy-on-write view of the state, exact as of their zxid, and let old log
+//! segments go. A start recovers from the newest snapshot that verifies plus
+//! the log after it, truncates a torn tail, and refuses to guess about
+//! anything else. Each start opens a new zxid epoch.
+//!
 //! ## Sessions
 //!
 //! The [`session::SessionTracker`] keeps deadlines in tick-sized buckets
