@@ -205,6 +205,41 @@ pub enum Op {
         path: String,
         kind: WatcherKind,
     },
+    /// Registers again, on a new connection, the watches a client held on
+    /// its previous one. The server fires at once every one-shot watch whose
+    /// node changed after `relative_zxid` (the last zxid the client saw), so
+    /// no change is missed across a reconnect. Clients send these in batches
+    /// that fit the frame limit.
+    SetWatches(SetWatches),
+}
+
+/// The watches of [`Op::SetWatches`], by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
+pub struct SetWatches {
+    pub relative_zxid: Zxid,
+    /// One-shot data watches (set by get-data): fire on change or deletion.
+    pub data: Vec<String>,
+    /// One-shot exists watches: fire on creation, change or deletion.
+    pub exist: Vec<String>,
+    /// One-shot child watches: fire on a child change or deletion.
+    pub child: Vec<String>,
+    pub persistent: Vec<String>,
+    pub persistent_recursive: Vec<String>,
+}
+
+impl SetWatches {
+    /// Number of paths in this batch.
+    pub fn len(&self) -> usize {
+        self.data.len()
+            + self.exist.len()
+            + self.child.len()
+            + self.persistent.len()
+            + self.persistent_recursive.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Op {
@@ -237,6 +272,7 @@ impl Op {
             Op::CloseSession => "close_session",
             Op::AddWatch { .. } => "add_watch",
             Op::RemoveWatches { .. } => "remove_watches",
+            Op::SetWatches(_) => "set_watches",
         }
     }
 }

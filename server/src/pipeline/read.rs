@@ -3,9 +3,13 @@
 //! A watch set by a read is registered while the read lock is held, so no
 //! write can slip between what the read saw and the watch that covers it.
 
-use arbor_protocol::{AddWatchMode, ChildEntry, ErrorCode, Op, OpResult, SessionId, Zxid};
+use arbor_protocol::{
+    AddWatchMode, ChildEntry, ErrorCode, EventType, Op, OpResult, SessionId, SetWatches,
+    WatchEvent, Zxid,
+};
 
 use crate::context::Shared;
+use crate::pipeline::apply::StateMachine;
 use crate::pipeline::prep::check_path;
 use crate::tree::Node;
 use crate::watch::WatchKind;
@@ -85,6 +89,9 @@ pub fn execute(
                 Err(ErrorCode::NoWatcher)
             }
         }),
+        Op::SetWatches(watches) => {
+            set_watches(shared, session_id, &state, watches).map(|()| OpResult::WatchesChanged)
+        }
         Op::Ping => Ok(OpResult::Pong),
         Op::Create { .. }
         | Op::Delete { .. }
@@ -93,4 +100,86 @@ pub fn execute(
         | Op::CloseSession => Err(ErrorCode::Internal),
     };
     (result, zxid)
+}
+
+/// Re-registers a reconnecting client's watches. A one-shot watch whose node
+/// changed after `relative_zxid` fires at once instead (the event goes out
+/// before the reply); so does a persistent watch on a node whose data or
+/// children changed. Changes below a recursive watch are not replayed: the
+/// client re-reads after it reconnects.
+fn set_watches(
+    shared: &Shared,
+    session_id: SessionId,
+    state: &StateMachine,
+    watches: &SetWatches,
+) -> Result<(), ErrorCode> {
+    let after = watches.relative_zxid;
+    let mut fired = Vec::new();
+    let mut register = Vec::new();
+    let event = |event_type, path: &str, zxid| WatchEvent {
+        event_type,
+        path: path.to_owned(),
+        zxid,
+    };
+    for path in watches.data.iter() {
+        check_path(path)?;
+        match state.tree.node(path) {
+            None => fired.push(event(EventType::NodeDeleted, path, state.last_zxid())),
+            Some(n) if n.stat.mzxid > after => {
+                fired.push(event(EventType::NodeDataChanged, path, n.stat.mzxid))
+            }
+            Some(_) => register.push((WatchKind::Data, path)),
+        }
+    }
+    for path in watches.exist.iter() {
+        check_path(path)?;
+        match state.tree.node(path) {
+            Some(n) => fired.push(event(EventType::NodeCreated, path, n.stat.czxid)),
+            None => register.push((WatchKind::Data, path)),
+        }
+    }
+    for path in watches.child.iter() {
+        check_path(path)?;
+        match state.tree.node(path) {
+            None => fired.push(event(EventType::NodeDeleted, path, state.last_zxid())),
+            Some(n) if n.stat.pzxid > after => {
+                fired.push(event(EventType::NodeChildrenChanged, path, n.stat.pzxid))
+            }
+            Some(_) => register.push((WatchKind::Child, path)),
+        }
+    }
+    let persistent = watches
+        .persistent
+        .iter()
+        .map(|p| (WatchKind::Persistent, p))
+        .chain(
+            watches
+                .persistent_recursive
+                .iter()
+                .map(|p| (WatchKind::PersistentRecursive, p)),
+        );
+    for (kind, path) in persistent {
+        check_path(path)?;
+        register.push((kind, path));
+        if let Some(n) = state.tree.node(path) {
+            if n.stat.mzxid > after {
+                fired.push(event(EventType::NodeDataChanged, path, n.stat.mzxid));
+            }
+            if kind == WatchKind::Persistent && n.stat.pzxid > after && n.stat.pzxid != n.stat.czxid
+            {
+                fired.push(event(EventType::NodeChildrenChanged, path, n.stat.pzxid));
+            }
+        }
+    }
+    {
+        let mut manager = shared.watches.lock();
+        for (kind, path) in register {
+            manager.add(session_id, kind, path)?;
+        }
+    }
+    let connections = shared.connections.lock();
+    for event in fired {
+        connections.deliver(session_id, event);
+    }
+    Ok(())
 }
