@@ -10,9 +10,16 @@
 //! an event that overtakes the reply still finds it; if the request fails the
 //! watcher is removed again (by the task while it handles the reply, and by the
 //! handle's `Drop` if the caller goes away).
+//!
+//! Every call is bounded by `ClientOptions::request_timeout`, from the call to
+//! the reply. A call made while the client is `Suspended` fails at once with
+//! `ConnectionLoss` instead of waiting for the reconnect (as ZooKeeper's
+//! client does): the caller decides whether and how to retry.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tracing::debug;
 
 use arbor_protocol::path::{self, PathError};
 use arbor_protocol::{
@@ -24,7 +31,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::connection::{self, Command, Connection, Effect, Reply};
 use crate::error::{Ended, Error};
 use crate::options::ClientOptions;
+use crate::servers::ServerList;
 use crate::session::Shared;
+use crate::state::{ConnectionState, StateStream};
 use crate::watch::{OneshotWatch, PersistentWatch, Table};
 
 /// A session with an Arbor server.
@@ -34,14 +43,18 @@ use crate::watch::{OneshotWatch, PersistentWatch, Table};
 /// for the answer), so its ephemeral nodes go away promptly rather than after
 /// the session timeout.
 ///
-/// This version does not reconnect: once the connection is lost every call in
-/// flight and every later call fails with [`Error::ConnectionLoss`], and open
-/// watches end with it. Connect a new client (optionally resuming the session
-/// with [`ClientOptions::with_resume`] and [`Client::credentials`]) to go on.
+/// When the connection is lost the client reconnects by itself, to any server
+/// of the connect string, resuming the same session; see [`Client::state`].
+/// Calls in flight at the loss fail with [`Error::ConnectionLoss`] (a write
+/// may or may not have been applied; nothing is re-sent), as do calls made
+/// until the session is resumed. Watches stay and keep firing. If the session
+/// cannot be resumed within its timeout, or the server says it expired, the
+/// client is dead: every call fails with [`Error::SessionExpired`].
 #[derive(Clone)]
 pub struct Client {
     commands: mpsc::Sender<Command>,
     shared: Arc<Shared>,
+    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for Client {
@@ -49,7 +62,7 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("session_id", &format_args!("{:#x}", self.session_id()))
             .field("last_zxid", &self.last_zxid())
-            .field("ended", &self.shared.ended())
+            .field("state", &self.state())
             .finish()
     }
 }
@@ -57,11 +70,12 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Opens (or, with [`ClientOptions::resume`], resumes) a session.
     ///
-    /// `connect_string` is a comma-separated list of `host:port`; the servers
-    /// are tried in order, each for at most `connect_timeout`. Fails with
-    /// [`Error::Connect`] when none can be reached, [`Error::SessionExpired`]
-    /// when a resumed session is no longer known, and
-    /// [`Error::BadArguments`] for invalid options.
+    /// `connect_string` is a comma-separated list of `host:port` (at most
+    /// [`SERVERS_MAX`](crate::SERVERS_MAX)); the servers are tried in a
+    /// shuffled order, each for at most `connect_timeout`, and the same list
+    /// is used to reconnect. Fails with [`Error::Connect`] when none can be
+    /// reached, [`Error::SessionExpired`] when a resumed session is no longer
+    /// known, and [`Error::BadArguments`] for invalid options.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), arbor_client::Error> {
@@ -73,12 +87,54 @@ impl Client {
     /// ```
     pub async fn connect(connect_string: &str, options: ClientOptions) -> Result<Client, Error> {
         options.validate()?;
-        let established = connection::connect(connect_string, &options).await?;
+        let servers = ServerList::parse(connect_string)?;
+        let established = connection::connect(&servers, connect_string, &options).await?;
         let shared = Arc::new(Shared::new(&established.response, options.max_in_flight));
         // Every command holds an in-flight permit, so this never fills up.
         let (commands, receiver) = mpsc::channel(options.max_in_flight);
-        Connection::spawn(established, receiver, shared.clone(), options.max_in_flight);
-        Ok(Client { commands, shared })
+        let request_timeout = options.request_timeout;
+        Connection::spawn(established, receiver, shared.clone(), servers, options);
+        Ok(Client {
+            commands,
+            shared,
+            request_timeout,
+        })
+    }
+
+    /// Where the connection stands now.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) {
+    /// if client.state().is_terminal() {
+    ///     println!("session over; connect a new client");
+    /// }
+    /// # }
+    /// ```
+    pub fn state(&self) -> ConnectionState {
+        self.shared.state.get()
+    }
+
+    /// Every change of [`Client::state`] from now on (not the current state),
+    /// ending after `Expired` or `Closed`. A subscriber more than
+    /// [`STATE_CHANGES_MAX`](crate::STATE_CHANGES_MAX) changes behind loses
+    /// the oldest ones.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) {
+    /// use arbor_client::ConnectionState;
+    ///
+    /// let mut states = client.state_changes();
+    /// tokio::spawn(async move {
+    ///     while let Some(state) = states.next().await {
+    ///         if state == ConnectionState::Suspended {
+    ///             println!("disconnected: a held lock may be lost");
+    ///         }
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn state_changes(&self) -> StateStream {
+        self.shared.state.subscribe()
     }
 
     /// The session id, as chosen by the server.
@@ -398,7 +454,8 @@ impl Client {
 
     /// Sets a persistent watch on `path` (and, with
     /// [`AddWatchMode::PersistentRecursive`], everything below it). It stays
-    /// until [`Client::remove_watches`] or the end of the connection.
+    /// until [`Client::remove_watches`] or the end of the client (it is
+    /// registered again after every reconnect).
     ///
     /// ```no_run
     /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
@@ -447,8 +504,14 @@ impl Client {
     }
 
     /// Closes the session: ephemeral nodes are deleted and watches removed.
-    /// Waits for the server's answer, then ends the connection. Every clone of
-    /// this client then fails with [`Error::Closed`].
+    /// Waits for the server's answer (at most the request timeout), then ends
+    /// the connection. Every clone of this client then fails with
+    /// [`Error::Closed`].
+    ///
+    /// While [`Suspended`](ConnectionState::Suspended) it does not wait for a
+    /// reconnect: the client is closed at once and the call returns
+    /// [`Error::ConnectionLoss`], saying that the server was not told, so the
+    /// session and its ephemeral nodes live until the session timeout.
     ///
     /// ```no_run
     /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
@@ -461,7 +524,7 @@ impl Client {
             Some(ended) => return Err(ended.error()),
             None => {}
         }
-        match self.submit(Op::CloseSession, Effect::None).await {
+        match self.submit_any(Op::CloseSession, Effect::None).await {
             Ok(Reply {
                 result: Ok(OpResult::SessionClosed),
             }) => Ok(()),
@@ -480,13 +543,41 @@ impl Client {
     }
 
     /// Takes an in-flight slot, hands `op` to the connection task and waits
-    /// for its reply.
+    /// for its reply, all within the request timeout. Fails fast unless
+    /// connected.
     async fn submit(&self, op: Op, effect: Effect) -> Result<Reply, Error> {
+        if let Some(error) = self.shared.unavailable() {
+            return Err(error);
+        }
+        self.submit_any(op, effect).await
+    }
+
+    /// [`Client::submit`] in any state but a terminal one: the connection
+    /// task answers commands itself while suspended.
+    async fn submit_any(&self, op: Op, effect: Effect) -> Result<Reply, Error> {
         if let Some(ended) = self.shared.ended() {
             return Err(ended.error());
         }
+        let op_name = op.name();
+        // Dropping the exchange on timeout is safe at every await: a command
+        // not yet sent is dropped whole, and a sent one keeps its pending
+        // slot until the reply comes and is discarded (see `connection`).
+        match tokio::time::timeout(self.request_timeout, self.exchange(op, effect)).await {
+            Ok(result) => result,
+            Err(_elapsed) => {
+                debug!(
+                    op = op_name,
+                    timeout_ms = self.request_timeout.as_millis() as u64,
+                    "request timed out"
+                );
+                Err(Error::Timeout)
+            }
+        }
+    }
+
+    async fn exchange(&self, op: Op, effect: Effect) -> Result<Reply, Error> {
         let Ok(permit) = self.shared.in_flight.clone().acquire_owned().await else {
-            // Closed by the task when the connection ended.
+            // Closed by the task when the client ended.
             return Err(self.shared.ended_error());
         };
         let (reply, answer) = oneshot::channel();

@@ -1,27 +1,42 @@
-//! The one task that owns the socket.
+//! The one task that owns the socket, and keeps the session connected.
 //!
-//! [`connect`] tries the servers of a connect string in order and performs the
-//! handshake; [`Connection::run`] then owns the socket, the queue of requests
-//! awaiting replies, the heartbeat timers and the connection's state, and is the
-//! only code that touches them. Client handles reach it through a bounded
-//! channel of [`Command`]s, each answered on its own oneshot.
+//! [`connect`] tries the servers of a connect string in a shuffled order and
+//! performs the handshake; [`Connection::run`] then owns the socket, the queue
+//! of requests awaiting replies, the heartbeat timers and the connection's
+//! state, and is the only code that touches them. Client handles reach it
+//! through a bounded channel of [`Command`]s, each answered on its own oneshot.
+//!
+//! When the connection is lost, the task fails every request in flight with
+//! [`Error::ConnectionLoss`] (their outcome is unknown; nothing is ever
+//! re-sent), moves to `Suspended`, and resumes the session with its id,
+//! password and last zxid: every server in a fresh shuffled order, then a
+//! pause ([`RECONNECT_BACKOFF_MIN`] doubling to [`RECONNECT_BACKOFF_MAX`]),
+//! until the session timeout has passed since it last heard from a server
+//! (then `Expired`) or a server refuses the resume as expired. Commands that
+//! arrive meanwhile fail fast with `ConnectionLoss`; a close ends the client
+//! at once. On a resume the first frames on the new connection are
+//! [`Op::SetWatches`] batches re-registering every local watcher.
 //!
 //! Invariants:
 //! * Replies come back in request order, so `pending` is a FIFO and a reply must
 //!   match its front; anything else is a protocol violation that ends the
-//!   connection (every waiter gets [`Error::ConnectionLoss`]).
+//!   connection (and so starts a reconnect).
 //! * `pending` holds at most `max_in_flight` caller requests (each carries a
-//!   semaphore permit) plus one heartbeat plus one close.
+//!   semaphore permit) plus one heartbeat plus one close, plus the SetWatches
+//!   batches of the current resume (at most one per watched path, so bounded
+//!   by [`WATCHERS_MAX`](crate::WATCHERS_MAX)).
 //! * Unsent bytes stay under [`WRITE_BUFFER_HIGH_WATER_BYTES`] plus one frame:
 //!   past it, no command is taken from the channel until the socket drains.
+//!   (Right after a resume the SetWatches batches may exceed it; no command is
+//!   taken until they drain.)
 //! * Reads, writes, commands and timers are served by one `select!` loop whose
 //!   write branch is cancel-safe (`write`, not `write_all`), so a slow socket
 //!   never stops us from reading replies and events.
-//! * When the loop ends, `Shared::end` is set before any waiter is answered,
-//!   and every waiter and watcher is answered: nobody hangs.
-//!
-//! This version does not reconnect. A reconnect would replace the socket and
-//! re-send `pending` inside [`Connection::run`]; the handles would not change.
+//! * A state change is published before any waiter hears of it, and when the
+//!   task ends every waiter and watcher is answered: nobody hangs.
+//! * Request timeouts are the caller's: a caller that gives up drops its
+//!   oneshot, and its pending slot stays until the reply arrives, so the FIFO
+//!   matching never breaks.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -31,7 +46,7 @@ use arbor_protocol::codec::{self, DECODE_INPUT_BYTES_MAX};
 use arbor_protocol::frame::{encode_frame, FrameDecoder, FrameError, DEFAULT_FRAME_BYTES_MAX};
 use arbor_protocol::{
     ClientMessage, ConnectRequest, ConnectResponse, ErrorCode, Op, OpResult, ServerMessage,
-    WatcherKind, Zxid, PROTOCOL_VERSION,
+    SetWatches, WatcherKind, Zxid, PROTOCOL_VERSION,
 };
 use bytes::BytesMut;
 use futures_util::StreamExt;
@@ -41,11 +56,17 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::error::{Ended, Error};
 use crate::options::ClientOptions;
-use crate::session::Shared;
+use crate::resume::{
+    set_watches_batches, set_watches_budget, set_watches_op, RECONNECT_BACKOFF_MAX,
+    RECONNECT_BACKOFF_MIN,
+};
+use crate::servers::ServerList;
+use crate::session::{SessionInfo, Shared};
+use crate::state::ConnectionState;
 use crate::watch::WatcherKey;
 
 /// Past this many unsent bytes the task stops taking commands until the socket
@@ -100,12 +121,13 @@ enum Attempt {
     Protocol(String),
 }
 
-/// Connects to the first server of `connect_string` (comma-separated
-/// `host:port`) that completes the handshake within `connect_timeout`.
+/// Connects to the first server of `servers` (tried in a shuffled order) that
+/// completes the handshake within `connect_timeout`.
 ///
 /// A refused resume is [`Error::SessionExpired`] at once: the session is gone
 /// on every server. Otherwise the last failure is returned.
 pub(crate) async fn connect(
+    servers: &ServerList,
     connect_string: &str,
     options: &ClientOptions,
 ) -> Result<Established, Error> {
@@ -115,10 +137,6 @@ pub(crate) async fn connect(
         session_timeout_ms: options.session_timeout_ms(),
         session: options.resume,
     };
-    let addrs = connect_string
-        .split(',')
-        .map(str::trim)
-        .filter(|addr| !addr.is_empty());
     let connect_error = |source: std::io::Error| Error::Connect {
         addrs: connect_string.to_owned(),
         source: Arc::new(source),
@@ -127,7 +145,8 @@ pub(crate) async fn connect(
         std::io::ErrorKind::InvalidInput,
         "the connect string names no server",
     ));
-    for addr in addrs {
+    for addr in servers.shuffled() {
+        let addr = addr.as_str();
         let attempt = tokio::time::timeout(options.connect_timeout, handshake(addr, &request));
         let failure = match attempt.await {
             Ok(Ok(established)) => return Ok(established),
@@ -264,6 +283,9 @@ enum Waiter {
     Heartbeat,
     /// The `CloseSession` sent because every handle was dropped.
     CloseOnDrop,
+    /// One batch of watches registered again after a resume; kept to end its
+    /// watchers if the server refuses it.
+    SetWatches(SetWatches),
 }
 
 struct Pending {
@@ -284,19 +306,21 @@ enum Closing {
     Dropped { deadline: Instant },
 }
 
-/// How the loop ended: the client's state from now on, and the error for the
-/// requests still in flight (whose outcome may be unknown).
-#[derive(Debug, Clone, Copy)]
-struct Exit {
-    state: Ended,
-    in_flight: Ended,
+/// How one connection's loop ended.
+#[derive(Debug)]
+enum Exit {
+    /// The connection is gone but the session may live on: resume it.
+    Lost,
+    /// The client is done: `state` from now on, and the error for the
+    /// requests still in flight (whose outcome may be unknown).
+    End { state: Ended, in_flight: Error },
 }
 
 impl Exit {
     fn both(ended: Ended) -> Exit {
-        Exit {
+        Exit::End {
             state: ended,
-            in_flight: ended,
+            in_flight: ended.error(),
         }
     }
 }
@@ -308,14 +332,23 @@ enum Step {
     Timer,
 }
 
-pub(crate) struct Connection {
+/// The socket of the current connection.
+struct Socket {
     reader: FramedRead<OwnedReadHalf, FrameDecoder>,
     writer: OwnedWriteHalf,
+}
+
+pub(crate) struct Connection {
     commands: mpsc::Receiver<Command>,
     shared: Arc<Shared>,
+    servers: ServerList,
+    options: ClientOptions,
     pending: VecDeque<Pending>,
     /// `max_in_flight` caller requests, plus one heartbeat and one close.
     pending_max: usize,
+    /// SetWatches batches awaiting their reply (on top of `pending_max`).
+    set_watches_outstanding: usize,
+    /// Never reset, not even by a resume: xids only grow within a session.
     next_xid: u64,
     /// Encoded frames not yet written; `out[..out_sent]` is already on the wire.
     out: Vec<u8>,
@@ -324,67 +357,100 @@ pub(crate) struct Connection {
     ping_interval: Duration,
     read_timeout: Duration,
     last_sent: Instant,
+    /// The last time we heard from a server; the session expires a session
+    /// timeout after it unless resumed.
     last_received: Instant,
     heartbeat_outstanding: bool,
     closing: Option<Closing>,
 }
 
 impl Connection {
-    /// Spawns the task for `established`. It runs until the connection ends.
+    /// Spawns the task for `established`. It runs until the client ends.
     pub(crate) fn spawn(
         established: Established,
         commands: mpsc::Receiver<Command>,
         shared: Arc<Shared>,
-        max_in_flight: usize,
+        servers: ServerList,
+        options: ClientOptions,
     ) {
         let session = shared.session();
-        let span = tracing::debug_span!(
-            "arbor_connection",
-            session_id = session.credentials.id,
-            addr = %established.addr,
-        );
+        let span = tracing::debug_span!("arbor_connection", session_id = session.credentials.id);
         let now = Instant::now();
-        let connection = Connection {
+        let max_in_flight = options.max_in_flight;
+        let mut connection = Connection {
             frame_bytes_max: frame_limit(&established.response),
-            reader: established.reader,
-            writer: established.writer,
             commands,
             shared,
+            servers,
+            options,
             pending: VecDeque::with_capacity(max_in_flight + 2),
             pending_max: max_in_flight + 2,
+            set_watches_outstanding: 0,
             next_xid: 1,
             out: Vec::new(),
             out_sent: 0,
-            // ZooKeeper's read timeout is 2/3 of the session timeout, and it
-            // pings after half of that without sending.
-            ping_interval: session.timeout / 3,
-            read_timeout: session.timeout * 2 / 3,
+            ping_interval: Duration::ZERO,
+            read_timeout: Duration::ZERO,
             last_sent: now,
             last_received: now,
             heartbeat_outstanding: false,
             closing: None,
         };
-        debug!(parent: &span, timeout_ms = session.timeout.as_millis() as u64, "connected");
-        tokio::spawn(connection.run().instrument(span));
+        connection.set_timers(session.timeout);
+        debug!(
+            parent: &span,
+            addr = %established.addr,
+            timeout_ms = session.timeout.as_millis() as u64,
+            "connected"
+        );
+        tokio::spawn(connection.run(established).instrument(span));
     }
 
-    async fn run(mut self) {
-        let exit = loop {
-            let step = self.next_step().await;
-            if let Some(exit) = self.handle(step) {
-                break exit;
+    /// ZooKeeper's read timeout is 2/3 of the session timeout, and it pings
+    /// after half of that without sending.
+    fn set_timers(&mut self, session_timeout: Duration) {
+        self.ping_interval = session_timeout / 3;
+        self.read_timeout = session_timeout * 2 / 3;
+    }
+
+    async fn run(mut self, established: Established) {
+        let mut socket = Socket {
+            reader: established.reader,
+            writer: established.writer,
+        };
+        let (state, in_flight) = loop {
+            if let Exit::End { state, in_flight } = self.serve(&mut socket).await {
+                break (state, in_flight);
+            }
+            // Close the old socket now: a server still holding it would
+            // otherwise see two connections of one session for a while.
+            drop(socket);
+            self.suspend();
+            match self.reconnect().await {
+                Ok(established) => socket = self.resume(established),
+                Err(ended) => break (ended, ended.error()),
             }
         };
-        self.shut(exit);
+        self.shut(state, in_flight);
     }
 
-    async fn next_step(&mut self) -> Step {
+    /// Serves one connection until it ends.
+    async fn serve(&mut self, socket: &mut Socket) -> Exit {
+        loop {
+            let step = self.next_step(socket).await;
+            if let Some(exit) = self.handle(step) {
+                return exit;
+            }
+        }
+    }
+
+    async fn next_step(&mut self, socket: &mut Socket) -> Step {
         let deadline = self.deadline();
         let unsent = self.out.len() - self.out_sent;
         let accepting = self.closing.is_none() && unsent < WRITE_BUFFER_HIGH_WATER_BYTES;
         tokio::select! {
-            frame = self.reader.next() => Step::Frame(frame),
-            written = self.writer.write(&self.out[self.out_sent..]), if unsent > 0 => {
+            frame = socket.reader.next() => Step::Frame(frame),
+            written = socket.writer.write(&self.out[self.out_sent..]), if unsent > 0 => {
                 Step::Written(written)
             }
             command = self.commands.recv(), if accepting => Step::Command(command),
@@ -445,16 +511,15 @@ impl Connection {
         }
     }
 
-    /// The connection is gone: if we were closing, the client is closed; the
-    /// outcome of requests in flight is unknown either way.
+    /// The connection is gone: if we were closing, the client is closed (the
+    /// close's outcome is unknown); otherwise resume the session.
     fn lost(&self) -> Exit {
-        let state = match self.closing {
-            Some(_) => Ended::Closed,
-            None => Ended::ConnectionLoss,
-        };
-        Exit {
-            state,
-            in_flight: Ended::ConnectionLoss,
+        match self.closing {
+            Some(_) => Exit::End {
+                state: Ended::Closed,
+                in_flight: Error::ConnectionLoss,
+            },
+            None => Exit::Lost,
         }
     }
 
@@ -528,15 +593,15 @@ impl Connection {
         });
     }
 
-    /// Sends a request of our own (heartbeat, close on drop).
-    fn send_internal(&mut self, op: Op, waiter: Waiter) -> Result<(), Exit> {
+    /// Sends a request of our own (heartbeat, close on drop, SetWatches).
+    fn send_internal(&mut self, op: Op, waiter: Waiter) -> Result<(), FrameError> {
         let xid = self.next_xid;
         let op_name = op.name();
         let is_close = matches!(op, Op::CloseSession);
         let message = ClientMessage::Request { xid, op };
         if let Err(err) = encode_frame(&message, self.frame_bytes_max, &mut self.out) {
             warn!(xid, op = op_name, error = %err, "cannot encode an internal request");
-            return Err(self.lost());
+            return Err(err);
         }
         debug!(xid, op = op_name, "request");
         self.next_xid += 1;
@@ -552,8 +617,9 @@ impl Connection {
     }
 
     fn push_pending(&mut self, pending: Pending) {
-        // The semaphore bounds caller requests; internal ones are one each.
-        debug_assert!(self.pending.len() < self.pending_max);
+        // The semaphore bounds caller requests; internal ones are one each,
+        // and SetWatches batches are counted on their own.
+        debug_assert!(self.pending.len() < self.pending_max + self.set_watches_outstanding);
         self.pending.push_back(pending);
     }
 
@@ -561,8 +627,11 @@ impl Connection {
     /// after the session timeout.
     fn on_handles_dropped(&mut self) -> Option<Exit> {
         debug!("every client handle dropped; closing the session");
-        if let Err(exit) = self.send_internal(Op::CloseSession, Waiter::CloseOnDrop) {
-            return Some(exit);
+        if self
+            .send_internal(Op::CloseSession, Waiter::CloseOnDrop)
+            .is_err()
+        {
+            return Some(Exit::both(Ended::Closed));
         }
         self.closing = Some(Closing::Dropped {
             deadline: Instant::now() + CLOSE_ON_DROP_TIMEOUT,
@@ -591,8 +660,8 @@ impl Connection {
             && self.closing.is_none()
             && now >= self.last_sent + self.ping_interval
         {
-            if let Err(exit) = self.send_internal(Op::Ping, Waiter::Heartbeat) {
-                return Some(exit);
+            if self.send_internal(Op::Ping, Waiter::Heartbeat).is_err() {
+                return Some(self.lost());
             }
             self.heartbeat_outstanding = true;
         }
@@ -664,7 +733,8 @@ impl Connection {
         match pending.waiter {
             Waiter::Caller(reply) => {
                 if reply.send(Ok(Reply { result })).is_err() {
-                    // The caller gave up; its provisional watcher has no owner.
+                    // The caller gave up (timeout, or dropped the call); its
+                    // provisional watcher has no owner.
                     if let Effect::Provisional(key) = &pending.effect {
                         self.shared.watches.lock().remove(key);
                     }
@@ -672,6 +742,16 @@ impl Connection {
             }
             Waiter::Heartbeat => self.heartbeat_outstanding = false,
             Waiter::CloseOnDrop => {}
+            Waiter::SetWatches(batch) => {
+                self.set_watches_outstanding -= 1;
+                if let Err(code) = result {
+                    if !expired {
+                        let error = Error::from_code(code, "");
+                        let ended = self.shared.watches.lock().end_batch(&batch, &error);
+                        warn!(?code, paths = batch.len(), ended, "SetWatches refused");
+                    }
+                }
+            }
         }
         if expired {
             return Some(Exit::both(Ended::SessionExpired));
@@ -687,6 +767,10 @@ impl Connection {
             (Effect::Provisional(key), Err(_)) => {
                 self.shared.watches.lock().remove(key);
             }
+            // An exists watch on a missing node is an exist watch on resume.
+            (Effect::Provisional(key), Ok(OpResult::Exists(None))) => {
+                self.shared.watches.lock().mark_absent(key);
+            }
             // NoWatcher: the server holds none, so local ones could never fire.
             (Effect::RemoveLocal { path, kind }, Ok(_) | Err(ErrorCode::NoWatcher)) => {
                 let removed = self.shared.watches.lock().remove_kind(path, *kind);
@@ -696,24 +780,187 @@ impl Connection {
         }
     }
 
-    /// Answers everyone: in-flight callers, watchers, queued commands.
-    fn shut(mut self, exit: Exit) {
-        debug!(
-            state = ?exit.state,
-            pending = self.pending.len(),
-            watchers = self.shared.watches.lock().len(),
-            "connection ended"
-        );
-        self.shared.end(exit.state);
+    /// The connection is lost but the session may live: publish `Suspended`,
+    /// then fail every request in flight (outcome unknown, never re-sent).
+    fn suspend(&mut self) {
+        self.shared.state.set(ConnectionState::Suspended);
+        let in_flight = self.pending.len();
         for pending in self.pending.drain(..) {
+            if let Effect::Provisional(key) = &pending.effect {
+                self.shared.watches.lock().remove(key);
+            }
             if let Waiter::Caller(reply) = pending.waiter {
-                let _ = reply.send(Err(exit.in_flight.error()));
+                let _ = reply.send(Err(Error::ConnectionLoss));
             }
         }
-        self.shared.watches.lock().end_all(exit.state);
+        self.out.clear();
+        self.out_sent = 0;
+        self.heartbeat_outstanding = false;
+        self.set_watches_outstanding = 0;
+        info!(
+            in_flight,
+            watchers = self.shared.watches.lock().len(),
+            "connection lost; resuming the session"
+        );
+    }
+
+    /// Tries every server in rounds until one resumes the session, the
+    /// session times out, or the client is closed.
+    async fn reconnect(&mut self) -> Result<Established, Ended> {
+        let expires_at = self.last_received + self.shared.session().timeout;
+        let mut backoff = RECONNECT_BACKOFF_MIN;
+        loop {
+            for addr in self.servers.shuffled() {
+                let now = Instant::now();
+                if now >= expires_at {
+                    info!("no server resumed the session within its timeout");
+                    return Err(Ended::SessionExpired);
+                }
+                let request = self.resume_request();
+                let limit = self.options.connect_timeout.min(expires_at - now);
+                let attempt = tokio::time::timeout(limit, handshake(&addr, &request));
+                match self.while_suspended(attempt).await? {
+                    Ok(Ok(established)) => return Ok(established),
+                    Ok(Err(Attempt::Refused {
+                        code: ErrorCode::SessionExpired,
+                        message,
+                    })) => {
+                        info!(addr, message, "session resume refused: expired");
+                        return Err(Ended::SessionExpired);
+                    }
+                    Ok(Err(Attempt::Refused { code, message })) => {
+                        debug!(addr, ?code, message, "resume refused")
+                    }
+                    Ok(Err(Attempt::Io(err))) => debug!(addr, error = %err, "cannot reconnect"),
+                    Ok(Err(Attempt::Protocol(message))) => {
+                        warn!(addr, message, "resume broke the protocol")
+                    }
+                    Err(_elapsed) => debug!(addr, "reconnect attempt timed out"),
+                }
+            }
+            let now = Instant::now();
+            if now >= expires_at {
+                info!("no server resumed the session within its timeout");
+                return Err(Ended::SessionExpired);
+            }
+            let pause = backoff.min(expires_at - now);
+            self.while_suspended(tokio::time::sleep(pause)).await?;
+            backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+        }
+    }
+
+    fn resume_request(&self) -> ConnectRequest {
+        ConnectRequest {
+            protocol_version: PROTOCOL_VERSION,
+            // A server behind what we have seen refuses, so we never go back
+            // in time by switching servers.
+            last_zxid_seen: self.shared.last_zxid(),
+            session_timeout_ms: self.options.session_timeout_ms(),
+            session: Some(self.shared.session().credentials),
+        }
+    }
+
+    /// Runs `future` while answering commands: they fail fast with
+    /// `ConnectionLoss`. `Err` if the client was closed meanwhile.
+    async fn while_suspended<F: std::future::Future>(
+        &mut self,
+        future: F,
+    ) -> Result<F::Output, Ended> {
+        tokio::pin!(future);
+        loop {
+            tokio::select! {
+                output = &mut future => return Ok(output),
+                command = self.commands.recv() => match command {
+                    Some(command) => self.refuse(command)?,
+                    None => {
+                        debug!("every client handle dropped while suspended");
+                        return Err(Ended::Closed);
+                    }
+                },
+            }
+        }
+    }
+
+    /// Answers a command that came while suspended. A close ends the client
+    /// at once: the server cannot be told, and closing must not wait for a
+    /// reconnect that may never come.
+    fn refuse(&mut self, command: Command) -> Result<(), Ended> {
+        if let Effect::Provisional(key) = &command.effect {
+            self.shared.watches.lock().remove(key);
+        }
+        if matches!(command.op, Op::CloseSession) {
+            debug!("closed while suspended; the session is left to expire");
+            self.shared.end(Ended::Closed);
+            let _ = command.reply.send(Err(Error::ConnectionLoss));
+            return Err(Ended::Closed);
+        }
+        let _ = command.reply.send(Err(Error::ConnectionLoss));
+        Ok(())
+    }
+
+    /// Takes over the resumed connection: new limits and timers, then every
+    /// local watcher registered again before any other request.
+    fn resume(&mut self, established: Established) -> Socket {
+        let info = SessionInfo::from_response(&established.response);
+        self.shared.set_session(info);
+        self.set_timers(info.timeout);
+        self.frame_bytes_max = frame_limit(&established.response);
+        let now = Instant::now();
+        self.last_sent = now;
+        self.last_received = now;
+        // Not the handshake's zxid: changes after what we saw must still fire.
+        let relative_zxid = self.shared.last_zxid();
+        let all = self.shared.watches.lock().set_watches(relative_zxid);
+        let paths = all.len();
+        let batches = set_watches_batches(all, set_watches_budget(self.frame_bytes_max));
+        let batch_count = batches.len();
+        for batch in batches {
+            self.set_watches_outstanding += 1;
+            let waiter = Waiter::SetWatches(batch.clone());
+            if let Err(err) = self.send_internal(set_watches_op(batch.clone()), waiter) {
+                self.set_watches_outstanding -= 1;
+                let error = match err {
+                    FrameError::TooLarge { len, max } => Error::TooLarge {
+                        bytes: Some(len),
+                        max: Some(max),
+                    },
+                    other => Error::Protocol(format!("cannot encode SetWatches: {other}")),
+                };
+                self.shared.watches.lock().end_batch(&batch, &error);
+            }
+        }
+        self.shared.state.set(ConnectionState::Reconnected);
+        info!(
+            addr = %established.addr,
+            relative_zxid,
+            paths,
+            batches = batch_count,
+            "session resumed"
+        );
+        Socket {
+            reader: established.reader,
+            writer: established.writer,
+        }
+    }
+
+    /// Answers everyone: in-flight callers, watchers, queued commands.
+    fn shut(mut self, state: Ended, in_flight: Error) {
+        debug!(
+            ?state,
+            pending = self.pending.len(),
+            watchers = self.shared.watches.lock().len(),
+            "client ended"
+        );
+        self.shared.end(state);
+        for pending in self.pending.drain(..) {
+            if let Waiter::Caller(reply) = pending.waiter {
+                let _ = reply.send(Err(in_flight.clone()));
+            }
+        }
+        self.shared.watches.lock().end_all(state);
         self.commands.close();
         while let Ok(command) = self.commands.try_recv() {
-            let _ = command.reply.send(Err(exit.state.error()));
+            let _ = command.reply.send(Err(state.error()));
         }
     }
 }

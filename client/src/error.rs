@@ -87,10 +87,17 @@ pub enum Error {
     #[error("internal server error")]
     Internal,
     /// The connection ended while the call was in flight (a write may or may
-    /// not have been applied), or before it. This version does not reconnect:
-    /// every later call of this client gets it too.
+    /// not have been applied), or the call was made while the client was
+    /// [`Suspended`](crate::ConnectionState::Suspended) (nothing was sent).
+    /// Not terminal: the client reconnects by itself; calls never are retried
+    /// for you, so re-read before retrying a write.
     #[error("connection to the server lost")]
     ConnectionLoss,
+    /// No reply within [`ClientOptions::request_timeout`](crate::ClientOptions::request_timeout).
+    /// As with [`Error::ConnectionLoss`], a write may or may not have been
+    /// applied. Not terminal.
+    #[error("no reply within the request timeout")]
+    Timeout,
     /// No server in the connect string could be reached.
     #[error("cannot connect to {addrs}")]
     Connect {
@@ -185,6 +192,7 @@ impl Error {
             Error::Internal => ErrorCode::Internal,
             Error::MultiFailed { code, .. } => *code,
             Error::ConnectionLoss
+            | Error::Timeout
             | Error::Connect { .. }
             | Error::Closed
             | Error::WatchLagged
@@ -200,15 +208,14 @@ impl Error {
     }
 }
 
-/// How the connection ended; once set it never changes, and every later call
+/// How the client ended; once set it never changes, and every later call
 /// gets [`Ended::error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ended {
     /// Closed by the client (explicitly, or because every handle was dropped).
     Closed,
-    /// Connection lost; this version does not reconnect.
-    ConnectionLoss,
-    /// The server declared the session expired.
+    /// The server declared the session expired, or it could not be resumed
+    /// within the session timeout.
     SessionExpired,
 }
 
@@ -216,7 +223,6 @@ impl Ended {
     pub(crate) fn error(self) -> Error {
         match self {
             Ended::Closed => Error::Closed,
-            Ended::ConnectionLoss => Error::ConnectionLoss,
             Ended::SessionExpired => Error::SessionExpired,
         }
     }

@@ -51,10 +51,14 @@
 //!   callers wait for a slot (back-pressure).
 //! * Paths and data sizes are checked locally before anything is sent
 //!   ([`Error::InvalidPath`], [`Error::TooLarge`]).
-//! * [`Error::ConnectionLoss`] means the outcome of a write is unknown. This
-//!   version does **not** reconnect: after a connection loss every call fails
-//!   with it, and a new [`Client`] must be connected (it may resume the session
-//!   with [`ClientOptions::with_resume`] while the session is still alive).
+//! * [`Error::ConnectionLoss`] means the outcome of a write is unknown. When
+//!   the connection is lost the client resumes the session by itself, on any
+//!   server of the connect string, within the session timeout; it never
+//!   re-sends a request. [`Client::state`] and [`Client::state_changes`] tell
+//!   `Connected`, `Suspended`, `Reconnected`, `Expired` and `Closed` apart.
+//!   After `Expired` every call fails with [`Error::SessionExpired`].
+//! * Every call gives up after [`ClientOptions::request_timeout`] with
+//!   [`Error::Timeout`] (outcome unknown, like a connection loss).
 //! * Dropping the last clone of a client closes its session best-effort.
 //!
 //! # Watches
@@ -75,8 +79,11 @@
 //! that overtakes the reply is not missed; the price is that, if this session
 //! already had a watch on the same path, an event for a change made just
 //! before the read can fire the new watcher too. Re-read after a watch fires
-//! (as every recipe does) and this is harmless. When the connection ends,
-//! every watch resolves with the error that ended it: nobody waits forever.
+//! (as every recipe does) and this is harmless. Watches survive reconnects:
+//! after a resume every one is registered again with the last zxid seen, and
+//! the server fires at once those whose node changed meanwhile. When the
+//! client ends (expired or closed), every watch resolves with that error:
+//! nobody waits forever.
 //!
 //! Logs go through `tracing` at debug level, with `session_id`, `xid` and `op`
 //! fields.
@@ -86,7 +93,10 @@ mod connection;
 mod error;
 pub mod multi;
 mod options;
+mod resume;
+mod servers;
 mod session;
+mod state;
 mod watch;
 
 #[cfg(test)]
@@ -101,7 +111,10 @@ pub use client::Client;
 pub use connection::{CLOSE_ON_DROP_TIMEOUT, WRITE_BUFFER_HIGH_WATER_BYTES};
 pub use error::Error;
 pub use options::{
-    ClientOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_SESSION_TIMEOUT,
-    MAX_IN_FLIGHT_LIMIT,
+    ClientOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SESSION_TIMEOUT, MAX_IN_FLIGHT_LIMIT,
 };
+pub use resume::{RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, SET_WATCHES_PATH_OVERHEAD_BYTES};
+pub use servers::SERVERS_MAX;
+pub use state::{ConnectionState, StateStream, STATE_CHANGES_MAX};
 pub use watch::{OneshotWatch, PersistentWatch, PERSISTENT_WATCH_EVENTS_MAX, WATCHERS_MAX};

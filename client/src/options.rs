@@ -16,6 +16,11 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting to one server (TCP and handshake) may take by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a request may wait for its reply by default (including the wait
+/// for an in-flight slot). Generous: it only catches a server that stopped
+/// answering one request while still answering pings.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Requests sent but not yet answered, by default.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
@@ -43,12 +48,21 @@ pub struct ClientOptions {
     /// connection up after two thirds of it without receiving.
     pub session_timeout: Duration,
     /// How long connecting to one server of the connect string (TCP connect and
-    /// handshake) may take before the next one is tried.
+    /// handshake) may take before the next one is tried, at connect and when
+    /// reconnecting.
     pub connect_timeout: Duration,
+    /// How long one call may wait for its reply, counted from the call
+    /// (including the wait for an in-flight slot). Past it the call fails
+    /// with [`Error::Timeout`](crate::Error::Timeout): like a connection loss,
+    /// the outcome of a write is then unknown. A late reply is matched to its
+    /// request and dropped.
+    pub request_timeout: Duration,
     /// Requests sent but not yet answered. Callers past it wait for a reply to
     /// free a slot (back-pressure), rather than queue without bound.
     pub max_in_flight: usize,
-    /// Resume this session instead of opening a new one. If the server no
+    /// Resume this session instead of opening a new one (the client resumes
+    /// its own session by itself after a connection loss; this is for
+    /// handing a session to a new process). If the server no
     /// longer knows it, connecting fails with
     /// [`Error::SessionExpired`](crate::Error::SessionExpired).
     pub resume: Option<SessionCredentials>,
@@ -60,6 +74,7 @@ impl std::fmt::Debug for ClientOptions {
         f.debug_struct("ClientOptions")
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("resume", &self.resume.map(|credentials| credentials.id))
             .finish()
@@ -71,6 +86,7 @@ impl Default for ClientOptions {
         ClientOptions {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             resume: None,
         }
@@ -87,6 +103,12 @@ impl ClientOptions {
     /// Sets [`ClientOptions::connect_timeout`].
     pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
         self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// Sets [`ClientOptions::request_timeout`].
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
         self
     }
 
@@ -108,7 +130,8 @@ impl ClientOptions {
         let timeout_ms_ok = self.session_timeout >= Duration::from_millis(3)
             && self.session_timeout.as_millis() <= u128::from(u32::MAX);
         let in_flight_ok = (1..=MAX_IN_FLIGHT_LIMIT).contains(&self.max_in_flight);
-        if timeout_ms_ok && in_flight_ok && !self.connect_timeout.is_zero() {
+        let waits_ok = !self.connect_timeout.is_zero() && !self.request_timeout.is_zero();
+        if timeout_ms_ok && in_flight_ok && waits_ok {
             Ok(())
         } else {
             Err(Error::BadArguments)
@@ -151,5 +174,7 @@ mod tests {
         assert!(tiny.validate().is_err());
         let no_connect = ClientOptions::default().with_connect_timeout(Duration::ZERO);
         assert!(no_connect.validate().is_err());
+        let no_wait = ClientOptions::default().with_request_timeout(Duration::ZERO);
+        assert!(no_wait.validate().is_err());
     }
 }

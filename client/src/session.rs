@@ -1,14 +1,16 @@
 //! The session as every client handle and the connection task see it.
 //!
 //! [`Shared`] is the state both sides read: the negotiated session parameters,
-//! the newest zxid seen, the watch registry, the in-flight semaphore and how
-//! the connection ended. Invariants:
+//! the newest zxid seen, the watch registry, the in-flight semaphore and the
+//! connection state. Invariants:
 //! * `last_zxid` only grows (`fetch_max`), whatever order replies and events
 //!   are observed in.
-//! * `ended` is set once, by the connection task, before it answers any
-//!   waiter with the terminal error; later calls read it and fail fast.
-//! * Once `ended` is set the in-flight semaphore is closed, so callers waiting
-//!   for a slot wake up instead of waiting forever.
+//! * A terminal state (`Expired`, `Closed`) is set once, by the connection
+//!   task, before it answers any waiter with the terminal error; later calls
+//!   read it and fail fast. `Suspended` is likewise set before the requests
+//!   in flight are failed, so a caller that retries at once fails fast too.
+//! * Once the state is terminal the in-flight semaphore is closed, so callers
+//!   waiting for a slot wake up instead of waiting forever.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,10 +21,11 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use crate::error::{Ended, Error};
+use crate::state::{ConnectionState, StateCell};
 use crate::watch::Watches;
 
-/// What the handshake fixed. Kept behind a lock, not as plain fields, so a
-/// later reconnect to another server can renegotiate it.
+/// What the handshake fixed. Kept behind a lock, not as plain fields, because
+/// a reconnect to another server renegotiates the timeout and limits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SessionInfo {
     pub(crate) credentials: SessionCredentials,
@@ -46,7 +49,7 @@ impl SessionInfo {
 pub(crate) struct Shared {
     session: Mutex<SessionInfo>,
     last_zxid: AtomicU64,
-    ended: Mutex<Option<Ended>>,
+    pub(crate) state: StateCell,
     pub(crate) watches: Watches,
     /// Slots for requests sent but not yet answered; see `ClientOptions::max_in_flight`.
     pub(crate) in_flight: Arc<Semaphore>,
@@ -57,7 +60,7 @@ impl Shared {
         Shared {
             session: Mutex::new(SessionInfo::from_response(response)),
             last_zxid: AtomicU64::new(response.zxid),
-            ended: Mutex::new(None),
+            state: StateCell::new(),
             watches: Watches::new(),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
         }
@@ -80,25 +83,45 @@ impl Shared {
         self.last_zxid.fetch_max(zxid, Ordering::AcqRel);
     }
 
-    pub(crate) fn ended(&self) -> Option<Ended> {
-        *self.ended.lock()
+    /// Renegotiated by a resume; the credentials stay the same.
+    pub(crate) fn set_session(&self, info: SessionInfo) {
+        *self.session.lock() = info;
     }
 
-    /// The error for a call that found the connection gone.
+    pub(crate) fn ended(&self) -> Option<Ended> {
+        match self.state.get() {
+            ConnectionState::Expired => Some(Ended::SessionExpired),
+            ConnectionState::Closed => Some(Ended::Closed),
+            _ => None,
+        }
+    }
+
+    /// The error for a call that cannot go out now: the terminal one, or
+    /// [`Error::ConnectionLoss`] while not connected.
+    pub(crate) fn unavailable(&self) -> Option<Error> {
+        match self.state.get() {
+            ConnectionState::Expired => Some(Error::SessionExpired),
+            ConnectionState::Closed => Some(Error::Closed),
+            ConnectionState::Suspended => Some(Error::ConnectionLoss),
+            ConnectionState::Connected | ConnectionState::Reconnected => None,
+        }
+    }
+
+    /// The error for a call that found the connection task gone.
     pub(crate) fn ended_error(&self) -> Error {
-        // Only reachable once the task has ended, which sets `ended` first;
-        // ConnectionLoss is the honest answer if that ever did not hold.
+        // Only reachable once the task has ended, which sets the terminal
+        // state first; ConnectionLoss is the honest answer if that ever did
+        // not hold.
         self.ended().map_or(Error::ConnectionLoss, Ended::error)
     }
 
-    /// Marks the connection ended (the first cause wins) and wakes every
+    /// Ends the client (the first terminal state wins) and wakes every
     /// caller waiting for an in-flight slot.
     pub(crate) fn end(&self, ended: Ended) {
-        let mut slot = self.ended.lock();
-        if slot.is_none() {
-            *slot = Some(ended);
-        }
-        drop(slot);
+        self.state.set(match ended {
+            Ended::Closed => ConnectionState::Closed,
+            Ended::SessionExpired => ConnectionState::Expired,
+        });
         self.in_flight.close();
     }
 }

@@ -1,13 +1,15 @@
 //! Client tests against a tiny fake server: a `TcpListener` on 127.0.0.1:0 that
-//! speaks the protocol through `arbor_protocol`, scripted by each test.
+//! speaks the protocol through `arbor_protocol`, scripted by each test. Tests
+//! of reconnecting keep the listener and accept the client's next connection.
 
 use std::time::Duration;
 
 use arbor_protocol::codec;
 use arbor_protocol::frame::{encode_frame, FrameDecoder, DEFAULT_FRAME_BYTES_MAX};
 use arbor_protocol::{
-    ClientMessage, ConnectRequest, ConnectResponse, Op, ServerMessage, PROTOCOL_VERSION,
+    ClientMessage, ConnectRequest, ConnectResponse, Op, ServerMessage, SetWatches, PROTOCOL_VERSION,
 };
+use futures_util::FutureExt;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -15,8 +17,9 @@ use tokio::net::TcpListener;
 use tokio_util::codec::FramedRead;
 
 use crate::{
-    multi, AddWatchMode, Client, ClientOptions, CreateMode, Error, ErrorCode, EventType,
-    MultiOpOutcome, OpResult, ServerLimits, SessionCredentials, Stat, WatchEvent, WatcherKind,
+    multi, AddWatchMode, Client, ClientOptions, ConnectionState, CreateMode, Error, ErrorCode,
+    EventType, MultiOpOutcome, OneshotWatch, OpResult, ServerLimits, SessionCredentials, Stat,
+    StateStream, WatchEvent, WatcherKind,
 };
 
 /// How long a fake server waits for a frame before the test fails.
@@ -34,13 +37,18 @@ struct Peer {
 
 impl Peer {
     async fn accept(listener: &TcpListener) -> Peer {
+        Peer::accept_limited(listener, DEFAULT_FRAME_BYTES_MAX).await
+    }
+
+    /// Accepts a connection whose client frames must stay within `frame_bytes_max`.
+    async fn accept_limited(listener: &TcpListener, frame_bytes_max: usize) -> Peer {
         let (stream, _) = tokio::time::timeout(PATIENCE, listener.accept())
             .await
             .expect("client connects in time")
             .expect("accepts");
         let (read_half, writer) = stream.into_split();
         Peer {
-            reader: FramedRead::new(read_half, FrameDecoder::new(DEFAULT_FRAME_BYTES_MAX)),
+            reader: FramedRead::new(read_half, FrameDecoder::new(frame_bytes_max)),
             writer,
         }
     }
@@ -80,6 +88,15 @@ impl Peer {
 
     /// Answers the handshake, granting the timeout the client asked for.
     async fn handshake(&mut self, data_bytes_max: u32) -> ConnectRequest {
+        self.handshake_limited(DEFAULT_FRAME_BYTES_MAX as u32, data_bytes_max)
+            .await
+    }
+
+    async fn handshake_limited(
+        &mut self,
+        frame_bytes_max: u32,
+        data_bytes_max: u32,
+    ) -> ConnectRequest {
         let request = self.connect_request().await;
         assert_eq!(request.protocol_version, PROTOCOL_VERSION);
         self.send(ServerMessage::Connected(ConnectResponse {
@@ -89,13 +106,38 @@ impl Peer {
             session_timeout_ms: request.session_timeout_ms,
             zxid: HANDSHAKE_ZXID,
             limits: ServerLimits {
-                frame_bytes_max: DEFAULT_FRAME_BYTES_MAX as u32,
+                frame_bytes_max,
                 data_bytes_max,
             },
         }))
         .await;
         request
     }
+
+    /// Accepts the client's resume on `listener` and checks it carries the
+    /// session's credentials and `last_zxid`.
+    async fn resume(listener: &TcpListener, last_zxid: u64) -> Peer {
+        let mut peer = Peer::accept(listener).await;
+        let request = peer.handshake(1024 * 1024).await;
+        assert_resume(&request, last_zxid);
+        peer
+    }
+}
+
+fn assert_resume(request: &ConnectRequest, last_zxid: u64) {
+    let credentials = SessionCredentials {
+        id: SESSION_ID,
+        password: PASSWORD,
+    };
+    assert_eq!(request.session, Some(credentials));
+    assert_eq!(request.last_zxid_seen, last_zxid);
+}
+
+/// The next state change, within the test's patience.
+async fn next_state(states: &mut StateStream) -> Option<ConnectionState> {
+    tokio::time::timeout(PATIENCE, states.next())
+        .await
+        .expect("state changes in time")
 }
 
 async fn listener() -> (TcpListener, String) {
@@ -106,6 +148,15 @@ async fn listener() -> (TcpListener, String) {
 
 /// A connected client and the fake server's end of its connection.
 async fn start_with(options: ClientOptions, data_bytes_max: u32) -> (Client, Peer) {
+    let (client, peer, _listener) = start_listening(options, data_bytes_max).await;
+    (client, peer)
+}
+
+/// As [`start_with`], keeping the listener for the client's reconnects.
+async fn start_listening(
+    options: ClientOptions,
+    data_bytes_max: u32,
+) -> (Client, Peer, TcpListener) {
     let (listener, addr) = listener().await;
     let server = async {
         let mut peer = Peer::accept(&listener).await;
@@ -113,7 +164,19 @@ async fn start_with(options: ClientOptions, data_bytes_max: u32) -> (Client, Pee
         peer
     };
     let (client, peer) = tokio::join!(Client::connect(&addr, options), server);
-    (client.expect("connects"), peer)
+    (client.expect("connects"), peer, listener)
+}
+
+/// Sets a one-shot watch through `call`, answering its request with `result`.
+async fn set_watch<F>(peer: &mut Peer, call: F, zxid: u64, result: OpResult) -> OneshotWatch
+where
+    F: std::future::Future<Output = Result<OneshotWatch, Error>>,
+{
+    let (watch, ()) = tokio::join!(call, async {
+        let (xid, _) = peer.request().await;
+        peer.reply(xid, zxid, Ok(result)).await;
+    });
+    watch.expect("watch set")
 }
 
 async fn start() -> (Client, Peer) {
@@ -227,23 +290,337 @@ async fn silent_server_is_connection_loss() {
     );
 }
 
-// Proves a dropped socket fails in-flight and later requests, and watches, with ConnectionLoss.
+// Proves a dropped socket fails the request in flight, then the client resumes the same session and carries on.
 #[tokio::test]
-async fn dropped_socket_is_connection_loss() {
-    let (client, mut peer) = start().await;
-    let (watch, ()) = tokio::join!(client.exists_watch("/w"), async {
+async fn dropped_socket_suspends_then_resumes() {
+    let (client, mut peer, listener) = start_listening(ClientOptions::default(), 1024).await;
+    let mut states = client.state_changes();
+    assert_eq!(client.state(), ConnectionState::Connected);
+    let (first, ()) = tokio::join!(client.exists("/a"), async {
         let (xid, _) = peer.request().await;
-        peer.reply(xid, 101, Ok(OpResult::Exists(None))).await;
+        peer.reply(xid, 150, Ok(OpResult::Exists(None))).await;
     });
-    let (_, watch) = watch.expect("watch set");
+    assert_eq!(first.expect("exists"), None);
     let (result, ()) = tokio::join!(client.get_data("/a"), async {
         peer.request().await;
         drop(peer);
     });
     assert!(matches!(result, Err(Error::ConnectionLoss)), "{result:?}");
-    assert!(matches!(watch.await, Err(Error::ConnectionLoss)));
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Suspended)
+    );
+
+    let mut peer = Peer::resume(&listener, 150).await;
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Reconnected)
+    );
+    let (later, ()) = tokio::join!(client.exists("/b"), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(
+            op,
+            Op::Exists {
+                path: "/b".into(),
+                watch: false
+            },
+            "no request is re-sent, and no SetWatches without watches"
+        );
+        peer.reply(xid, 160, Ok(OpResult::Exists(Some(stat(1)))))
+            .await;
+    });
+    assert_eq!(
+        later.expect("works after the resume").map(|s| s.version),
+        Some(1)
+    );
+    assert_eq!(client.state(), ConnectionState::Reconnected);
+    assert_eq!(client.session_id(), SESSION_ID);
+}
+
+// Proves the resume re-registers every watch in the right SetWatches list before any request, and a fired event reaches its OneshotWatch.
+#[tokio::test]
+async fn resume_sets_watches_before_anything_else() {
+    let (client, mut peer, listener) = start_listening(ClientOptions::default(), 1024).await;
+    let data = OpResult::Data {
+        data: Vec::new(),
+        stat: stat(1),
+    };
+    let mut on_data = set_watch(
+        &mut peer,
+        async { Ok(client.get_data_watch("/d").await?.2) },
+        101,
+        data,
+    )
+    .await;
+    let missing = OpResult::Exists(None);
+    let on_missing = set_watch(
+        &mut peer,
+        async { Ok(client.exists_watch("/missing").await?.1) },
+        102,
+        missing,
+    )
+    .await;
+    let present = OpResult::Exists(Some(stat(1)));
+    let mut on_present = set_watch(
+        &mut peer,
+        async { Ok(client.exists_watch("/present").await?.1) },
+        103,
+        present,
+    )
+    .await;
+    let children = OpResult::Children {
+        names: Vec::new(),
+        stat: stat(1),
+    };
+    let mut on_children = set_watch(
+        &mut peer,
+        async { Ok(client.get_children_watch("/c").await?.1) },
+        104,
+        children,
+    )
+    .await;
+    let mut streams = Vec::new();
+    for (path, mode) in [
+        ("/p", AddWatchMode::Persistent),
+        ("/r", AddWatchMode::PersistentRecursive),
+    ] {
+        let (watch, ()) = tokio::join!(client.watch(path, mode), async {
+            let (xid, _) = peer.request().await;
+            peer.reply(xid, 120, Ok(OpResult::WatchesChanged)).await;
+        });
+        streams.push(watch.expect("watch set"));
+    }
+    drop(peer);
+
+    let mut peer = Peer::resume(&listener, 120).await;
+    let (xid, op) = peer.request().await;
+    let expected = SetWatches {
+        relative_zxid: 120,
+        data: vec!["/d".into(), "/present".into()],
+        exist: vec!["/missing".into()],
+        child: vec!["/c".into()],
+        persistent: vec!["/p".into()],
+        persistent_recursive: vec!["/r".into()],
+    };
+    assert_eq!(op, Op::SetWatches(expected));
+    peer.send(ServerMessage::Event(event(
+        EventType::NodeCreated,
+        "/missing",
+        130,
+    )))
+    .await;
+    peer.send(ServerMessage::Event(event(
+        EventType::NodeDataChanged,
+        "/r/x",
+        131,
+    )))
+    .await;
+    peer.reply(xid, 131, Ok(OpResult::WatchesChanged)).await;
+
+    let fired = tokio::time::timeout(PATIENCE, on_missing)
+        .await
+        .expect("fired");
+    assert_eq!(fired.expect("event").event_type, EventType::NodeCreated);
+    let streamed = streams[1]
+        .next()
+        .await
+        .expect("recursive stream carries on");
+    assert_eq!(streamed.path, "/r/x");
+    assert!((&mut on_data).now_or_never().is_none(), "still armed");
+    assert!((&mut on_present).now_or_never().is_none(), "still armed");
+    assert!((&mut on_children).now_or_never().is_none(), "still armed");
+    assert_eq!(client.watcher_count(), 5);
+    assert_eq!(client.last_zxid(), 131);
+}
+
+// Proves many watches are re-registered in several SetWatches frames, each within the server's frame limit, covering every path.
+#[tokio::test]
+async fn set_watches_batches_respect_the_frame_limit() {
+    const WATCHES: usize = 200;
+    const FRAME_BYTES_MAX: usize = 1024;
+    let (client, mut peer, listener) = start_listening(ClientOptions::default(), 1024).await;
+    let mut watches = Vec::new();
+    for i in 0..WATCHES {
+        let path = format!("/watched/node-{i:04}");
+        let call = async { Ok(client.exists_watch(&path).await?.1) };
+        watches.push(set_watch(&mut peer, call, 101, OpResult::Exists(None)).await);
+    }
+    drop(peer);
+
+    // Frames over the limit would fail this peer's decoder.
+    let mut peer = Peer::accept_limited(&listener, FRAME_BYTES_MAX).await;
+    let request = peer.handshake_limited(FRAME_BYTES_MAX as u32, 1024).await;
+    assert_resume(&request, 101);
+    let mut seen = Vec::new();
+    let mut batches = 0;
+    while seen.len() < WATCHES {
+        let (xid, op) = peer.request().await;
+        let Op::SetWatches(batch) = op else {
+            panic!("expected SetWatches, got {op:?}");
+        };
+        assert_eq!(batch.relative_zxid, 101);
+        assert_eq!(batch.len(), batch.exist.len(), "exists on missing nodes");
+        seen.extend(batch.exist);
+        batches += 1;
+        peer.reply(xid, 101, Ok(OpResult::WatchesChanged)).await;
+    }
+    assert!(batches > 1, "{batches} batch(es)");
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), WATCHES);
+    assert_eq!(client.watcher_count(), WATCHES);
+}
+
+// Proves a resume refused as expired expires the client: watches and later calls get SessionExpired.
+#[tokio::test]
+async fn refused_resume_expires_the_client() {
+    let (client, mut peer, listener) = start_listening(ClientOptions::default(), 1024).await;
+    let mut states = client.state_changes();
+    let call = async { Ok(client.exists_watch("/w").await?.1) };
+    let watch = set_watch(&mut peer, call, 101, OpResult::Exists(Some(stat(1)))).await;
+    drop(peer);
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Suspended)
+    );
+    let mut peer = Peer::accept(&listener).await;
+    assert_resume(&peer.connect_request().await, 101);
+    peer.send(ServerMessage::Closing {
+        code: ErrorCode::SessionExpired,
+        message: "expired".into(),
+    })
+    .await;
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Expired)
+    );
+    assert_eq!(next_state(&mut states).await, None);
+    assert!(matches!(watch.await, Err(Error::SessionExpired)));
     let later = client.exists("/a").await;
-    assert!(matches!(later, Err(Error::ConnectionLoss)), "{later:?}");
+    assert!(matches!(later, Err(Error::SessionExpired)), "{later:?}");
+    assert!(client.state_changes().next().await.is_none());
+}
+
+// Proves that with no server reachable the session expires once its timeout has passed since we last heard.
+#[tokio::test]
+async fn unreachable_servers_expire_the_session() {
+    let timeout = Duration::from_millis(300);
+    let options = ClientOptions::default().with_session_timeout(timeout);
+    let (client, peer, listener) = start_listening(options, 1024).await;
+    let mut states = client.state_changes();
+    let heard = std::time::Instant::now();
+    drop(listener);
+    drop(peer);
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Suspended)
+    );
+    let during = client.exists("/a").await;
+    assert!(matches!(during, Err(Error::ConnectionLoss)), "{during:?}");
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Expired)
+    );
+    let waited = heard.elapsed();
+    assert!(waited >= timeout && waited < timeout * 4, "{waited:?}");
+    assert!(matches!(client.ping().await, Err(Error::SessionExpired)));
+}
+
+// Proves the client resumes on another server of the connect string when its server goes away.
+#[tokio::test]
+async fn resumes_on_another_server() {
+    let (first, first_addr) = listener().await;
+    let (second, second_addr) = listener().await;
+    let connect_string = format!("{first_addr},{second_addr}");
+    // Whichever server the shuffle picks first gets the session.
+    let server = async {
+        tokio::select! {
+            accepted = first.accept() => (accepted, true),
+            accepted = second.accept() => (accepted, false),
+        }
+    };
+    let (client, (old_peer, on_first)) = tokio::join!(
+        Client::connect(&connect_string, ClientOptions::default()),
+        async {
+            let (accepted, on_first) = server.await;
+            let (stream, _) = accepted.expect("accepts");
+            let (read_half, writer) = stream.into_split();
+            let mut peer = Peer {
+                reader: FramedRead::new(read_half, FrameDecoder::new(DEFAULT_FRAME_BYTES_MAX)),
+                writer,
+            };
+            peer.handshake(1024).await;
+            (peer, on_first)
+        }
+    );
+    let client = client.expect("connects");
+    let mut states = client.state_changes();
+    let (dead, alive) = if on_first {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    drop(dead);
+    drop(old_peer);
+    let mut peer = Peer::resume(&alive, HANDSHAKE_ZXID).await;
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Suspended)
+    );
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Reconnected)
+    );
+    let (pong, ()) = tokio::join!(client.ping(), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(op, Op::Ping);
+        peer.reply(xid, 101, Ok(OpResult::Pong)).await;
+    });
+    pong.expect("pings the other server");
+    assert_eq!(client.state(), ConnectionState::Reconnected);
+}
+
+// Proves close() while suspended ends the client at once instead of waiting for a reconnect.
+#[tokio::test]
+async fn close_while_suspended_does_not_wait() {
+    let (client, peer, listener) = start_listening(ClientOptions::default(), 1024).await;
+    let mut states = client.state_changes();
+    drop(listener);
+    drop(peer);
+    assert_eq!(
+        next_state(&mut states).await,
+        Some(ConnectionState::Suspended)
+    );
+    let other = client.clone();
+    let closed = tokio::time::timeout(PATIENCE, client.close())
+        .await
+        .expect("close does not wait");
+    assert!(matches!(closed, Err(Error::ConnectionLoss)), "{closed:?}");
+    assert_eq!(next_state(&mut states).await, Some(ConnectionState::Closed));
+    assert!(matches!(other.exists("/a").await, Err(Error::Closed)));
+}
+
+// Proves a request past its timeout fails with Timeout, and its late reply is matched and dropped without breaking later requests.
+#[tokio::test]
+async fn request_timeout_keeps_replies_in_step() {
+    let options = ClientOptions::default().with_request_timeout(Duration::from_millis(100));
+    let (client, mut peer) = start_with(options, 1024).await;
+    let (slow, (slow_xid, _)) = tokio::join!(client.get_data("/slow"), peer.request());
+    assert!(matches!(slow, Err(Error::Timeout)), "{slow:?}");
+    let late = OpResult::Data {
+        data: b"late".to_vec(),
+        stat: stat(1),
+    };
+    peer.reply(slow_xid, 101, Ok(late)).await;
+    let (next, ()) = tokio::join!(client.exists("/b"), async {
+        let (xid, op) = peer.request().await;
+        assert!(xid > slow_xid);
+        assert!(matches!(op, Op::Exists { .. }), "{op:?}");
+        peer.reply(xid, 102, Ok(OpResult::Exists(None))).await;
+    });
+    assert_eq!(next.expect("later request answered"), None);
+    assert_eq!(client.state(), ConnectionState::Connected);
+    assert_eq!(client.last_zxid(), 102);
 }
 
 // Proves Closing{SessionExpired} expires the client: in-flight and later calls get SessionExpired.
@@ -379,7 +756,7 @@ async fn local_checks_do_not_send() {
     assert_eq!(exists.expect("exists"), None);
 }
 
-// Proves a reply whose xid is not the oldest request's drops the connection.
+// Proves a reply whose xid is not the oldest request's drops the connection: the call gets ConnectionLoss and the client is Suspended.
 #[tokio::test]
 async fn mismatched_xid_is_connection_loss() {
     let (client, mut peer) = start().await;
@@ -388,6 +765,7 @@ async fn mismatched_xid_is_connection_loss() {
         peer.reply(xid + 5, 101, Ok(OpResult::Pong)).await;
     });
     assert!(matches!(result, Err(Error::ConnectionLoss)), "{result:?}");
+    assert_eq!(client.state(), ConnectionState::Suspended);
     assert!(matches!(client.ping().await, Err(Error::ConnectionLoss)));
 }
 

@@ -20,9 +20,12 @@
 //!   would need more is ended with [`Error::WatchLagged`]. Each stream channel
 //!   has one slot more than that, kept free for the final error, so the reason
 //!   a stream ended is always delivered.
-//! * Once the connection ends ([`WatchRegistry::end_all`]) every watcher gets the
-//!   terminal error and later registrations are refused with it, so nobody
-//!   waits forever.
+//! * Once the client ends ([`WatchRegistry::end_all`]: expired or closed) every
+//!   watcher gets the terminal error and later registrations are refused with
+//!   it, so nobody waits forever. A mere connection loss ends nothing: after a
+//!   resume the connection task registers every watcher again
+//!   ([`WatchRegistry::set_watches`]), and the server fires at once those whose
+//!   node changed meanwhile.
 //!
 //! The registry is plain data behind a short `parking_lot` lock: the connection
 //! task routes events, callers register and drop handles. The lock is never
@@ -34,7 +37,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
-use arbor_protocol::{AddWatchMode, EventType, WatchEvent, WatcherKind};
+use arbor_protocol::{AddWatchMode, EventType, SetWatches, WatchEvent, WatcherKind};
 use futures_util::Stream;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
@@ -145,6 +148,9 @@ impl Sink {
 struct Watcher {
     id: u64,
     sink: Sink,
+    /// Set by an `exists` watch on a node that did not exist: after a
+    /// reconnect it is registered as an exist watch (fires on creation).
+    absent: bool,
 }
 
 /// Every local watcher of one client, by table and path.
@@ -182,7 +188,11 @@ impl WatchRegistry {
         self.tables[table.index()]
             .entry(path.to_owned())
             .or_default()
-            .push(Watcher { id, sink });
+            .push(Watcher {
+                id,
+                sink,
+                absent: false,
+            });
         self.len += 1;
         Ok(WatcherKey {
             table,
@@ -230,6 +240,68 @@ impl WatchRegistry {
         true
     }
 
+    /// Records that `key` was set by `exists` on a node that did not exist.
+    pub(crate) fn mark_absent(&mut self, key: &WatcherKey) {
+        let watcher = self.tables[key.table.index()]
+            .get_mut(&key.path)
+            .and_then(|list| list.iter_mut().find(|w| w.id == key.id));
+        if let Some(watcher) = watcher {
+            watcher.absent = true;
+        }
+    }
+
+    /// Every watched path by kind, for [`arbor_protocol::Op::SetWatches`]
+    /// after a resume (one entry per path and kind, sorted). A data path goes
+    /// in `exist` only if every one-shot on it was set on a missing node.
+    pub(crate) fn set_watches(&self, relative_zxid: u64) -> SetWatches {
+        let paths = |table: Table| {
+            let mut paths: Vec<String> = self.tables[table.index()].keys().cloned().collect();
+            paths.sort_unstable();
+            paths
+        };
+        // Partitioning keeps the sorted order.
+        let data_table = &self.tables[Table::Data.index()];
+        let (exist, data): (Vec<String>, Vec<String>) =
+            paths(Table::Data).into_iter().partition(|path| {
+                data_table
+                    .get(path)
+                    .is_some_and(|list| list.iter().all(|w| w.absent))
+            });
+        SetWatches {
+            relative_zxid,
+            data,
+            exist,
+            child: paths(Table::Child),
+            persistent: paths(Table::Persistent),
+            persistent_recursive: paths(Table::Recursive),
+        }
+    }
+
+    /// The server refused to register `batch` again: its watchers can never
+    /// fire, so they end with `error`. Returns how many.
+    pub(crate) fn end_batch(&mut self, batch: &SetWatches, error: &Error) -> usize {
+        let lists = [
+            (Table::Data, &batch.data),
+            (Table::Data, &batch.exist),
+            (Table::Child, &batch.child),
+            (Table::Persistent, &batch.persistent),
+            (Table::Recursive, &batch.persistent_recursive),
+        ];
+        let mut ended = 0;
+        for (table, paths) in lists {
+            for path in paths {
+                if let Some(list) = self.tables[table.index()].remove(path) {
+                    ended += list.len();
+                    for watcher in list {
+                        watcher.sink.end(error.clone());
+                    }
+                }
+            }
+        }
+        self.len -= ended;
+        ended
+    }
+
     /// Mirrors a server-side `RemoveWatches`: ends every local watcher of
     /// `kind` on `path` with [`Error::WatchRemoved`]. Returns how many.
     pub(crate) fn remove_kind(&mut self, path: &str, kind: WatcherKind) -> usize {
@@ -271,7 +343,7 @@ impl WatchRegistry {
         reached
     }
 
-    /// The connection ended: every watcher gets `ended`'s error, and later
+    /// The client ended: every watcher gets `ended`'s error, and later
     /// registrations are refused with it.
     pub(crate) fn end_all(&mut self, ended: Ended) {
         if self.ended.is_none() {
@@ -374,12 +446,23 @@ impl Watches {
 
 /// A one-shot watch: resolves to the first matching event, once.
 ///
-/// Await it (it is a `Future`). It resolves to `Err` if the watch can no longer
-/// fire: [`Error::ConnectionLoss`], [`Error::SessionExpired`] or
-/// [`Error::Closed`] when the connection ends first, [`Error::WatchRemoved`]
-/// after [`Client::remove_watches`](crate::Client::remove_watches). Dropping it
+/// Await it (it is a `Future`). It stays pending across connection losses:
+/// after a resume the client registers it again, and the server fires it at
+/// once if its node changed while the client was away. It resolves to `Err`
+/// only if the watch can no longer fire: [`Error::SessionExpired`] or
+/// [`Error::Closed`] when the client ends first, [`Error::WatchRemoved`] after
+/// [`Client::remove_watches`](crate::Client::remove_watches), or the server's
+/// error if it refused to register it again after a resume. Dropping it
 /// unregisters the local watcher (the server's one-shot watch stays until it
 /// fires, and its event is then ignored).
+///
+/// ```no_run
+/// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+/// let (_stat, watch) = client.exists_watch("/ready").await?;
+/// let event = watch.await?; // NodeCreated, even if it happened while disconnected
+/// println!("{:?}", event.event_type);
+/// # Ok(()) }
+/// ```
 #[must_use = "a watch does nothing unless awaited"]
 pub struct OneshotWatch {
     key: WatcherKey,
@@ -440,14 +523,16 @@ impl Drop for OneshotWatch {
 
 /// A persistent (or persistent-recursive) watch: a stream of events that stays
 /// until [`Client::remove_watches`](crate::Client::remove_watches), the end of
-/// the connection, or a consumer that falls [`PERSISTENT_WATCH_EVENTS_MAX`]
-/// events behind.
+/// the client (expired or closed), or a consumer that falls
+/// [`PERSISTENT_WATCH_EVENTS_MAX`] events behind. It carries on across
+/// reconnects; changes made while the client was away are reported (as
+/// `NodeDataChanged` / `NodeChildrenChanged` of the watched path itself) when
+/// the watch is registered again, not one by one.
 ///
 /// Read it with [`PersistentWatch::next`], or as a
 /// [`Stream`](futures_util::Stream) of `Result<WatchEvent, Error>`. Either way
 /// the stream ends with exactly one `Err` saying why ([`Error::WatchRemoved`],
-/// [`Error::WatchLagged`], [`Error::ConnectionLoss`], [`Error::SessionExpired`]
-/// or [`Error::Closed`]); after it the `Stream` yields `None` and `next` repeats
+/// [`Error::WatchLagged`], [`Error::SessionExpired`] or [`Error::Closed`]); after it the `Stream` yields `None` and `next` repeats
 /// the error. Dropping the handle unregisters the local watcher only: the
 /// server-side watch stays (its events are ignored) until `remove_watches`.
 pub struct PersistentWatch {
@@ -704,7 +789,7 @@ mod tests {
         assert!(watches.oneshot("/b", Table::Data).is_ok());
     }
 
-    // Proves the end of the connection resolves every watcher and refuses new ones.
+    // Proves the end of the client resolves every watcher and refuses new ones.
     #[test]
     fn end_all_resolves_everyone() {
         let watches = Watches::new();
