@@ -93,6 +93,7 @@ mod connection;
 mod error;
 pub mod multi;
 mod options;
+pub mod recipes;
 mod resume;
 mod servers;
 mod session;

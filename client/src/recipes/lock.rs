@@ -1,0 +1,237 @@
+//! A fair, fenced mutual-exclusion lock.
+//!
+//! Each contender creates an ephemeral sequential node under the lock's path
+//! and holds the lock while its node is the lowest. A waiter watches only the
+//! node just before its own, so a release wakes exactly one waiter (no herd),
+//! and grants follow arrival order. The node's creation zxid is the lock's
+//! fencing token: every grant's token is larger than every earlier grant's,
+//! across releases, expiries and server restarts.
+//!
+//! Safety rules, from the source documents on locks and leases:
+//! * A lost create reply does not leak a node: the name carries a unique
+//!   per-attempt prefix (Curator's "protected mode"), so after a connection
+//!   loss the attempt finds its node again instead of making a second one.
+//! * Ownership is reported only after checking the node is owned by this
+//!   session.
+//! * A holder learns when it may have lost the lock ([`Guard::lost`]): the
+//!   connection is suspended or the session expired. It must stop writing,
+//!   and the protected resource must check the fencing token anyway
+//!   ([`super::Fence`]), because a paused process learns nothing in time.
+//! * Cancelling [`Mutex::lock`] (dropping the future, a timeout) removes the
+//!   waiter's node, so an abandoned waiter never blocks the queue.
+
+use std::time::Duration;
+
+use arbor_protocol::path;
+
+use crate::recipes::fence::FencingToken;
+use crate::recipes::{ensure_path, unique_prefix, LockError, NodeCleanup};
+use crate::{Client, ConnectionState, CreateMode, Error};
+
+/// The part of a lock node's name after the attempt prefix.
+const LOCK_NAME: &str = "lock-";
+
+/// A fair lock on a path. Cheap to create; clone the client, not the lock.
+///
+/// ```no_run
+/// use arbor_client::recipes::Mutex;
+/// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::recipes::LockError> {
+/// let lock = Mutex::new(&client, "/locks/job-42");
+/// let guard = lock.lock().await?;
+/// let token = guard.fencing_token(); // send it with every write
+/// // ... the critical section ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Mutex {
+    client: Client,
+    path: String,
+}
+
+/// Holding the lock. Dropping it releases the lock in the background;
+/// [`Guard::release`] does it and waits.
+pub struct Guard {
+    node: NodeCleanup,
+    token: FencingToken,
+}
+
+impl Mutex {
+    /// A lock on `path` (created as a container if missing, with its parents).
+    pub fn new(client: &Client, path: &str) -> Self {
+        Self {
+            client: client.clone(),
+            path: path.to_owned(),
+        }
+    }
+
+    /// The path whose children form the queue.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Waits until the lock is granted.
+    pub async fn lock(&self) -> Result<Guard, LockError> {
+        self.acquire(Wait::Forever).await
+    }
+
+    /// Takes the lock only if nobody holds it or waits for it;
+    /// [`LockError::Locked`] otherwise.
+    pub async fn try_lock(&self) -> Result<Guard, LockError> {
+        self.acquire(Wait::Never).await
+    }
+
+    /// Waits at most `timeout`; [`LockError::Timeout`] then, with the queue
+    /// left as if this contender never came.
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<Guard, LockError> {
+        match tokio::time::timeout(timeout, self.acquire(Wait::Forever)).await {
+            Ok(result) => result,
+            // The acquire future was dropped: its node is being removed.
+            Err(_) => Err(LockError::Timeout),
+        }
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<Guard, LockError> {
+        ensure_path(&self.client, &self.path).await?;
+        let prefix = unique_prefix();
+        let node = self.create_node(&prefix).await?;
+        // From here on, dropping this future deletes the node.
+        let cleanup = NodeCleanup::new(&self.client, node.clone());
+        loop {
+            let queue = self.queue().await?;
+            let Some(index) = queue
+                .iter()
+                .position(|name| path::join(&self.path, name) == node)
+            else {
+                // Our node is gone: the session expired (its ephemerals went).
+                return Err(LockError::Client(Error::SessionExpired));
+            };
+            if index == 0 {
+                let token = self.check_owner(&node).await?;
+                return Ok(Guard {
+                    node: cleanup,
+                    token,
+                });
+            }
+            if wait == Wait::Never {
+                return Err(LockError::Locked);
+            }
+            let predecessor = path::join(&self.path, &queue[index - 1]);
+            let (stat, watch) = self.client.exists_watch(&predecessor).await?;
+            if stat.is_some() {
+                // Any event (deleted, or a spurious wake) means: look again.
+                watch.await?;
+            }
+        }
+    }
+
+    /// Creates this attempt's node, finding it again if the reply was lost.
+    async fn create_node(&self, prefix: &str) -> Result<String, LockError> {
+        let base = path::join(&self.path, &format!("{prefix}{LOCK_NAME}"));
+        match self
+            .client
+            .create(&base, Vec::new(), CreateMode::EphemeralSequential)
+            .await
+        {
+            Ok(node) => Ok(node),
+            // The lock's container was reaped after its last node went.
+            Err(Error::NoNode { .. }) => {
+                ensure_path(&self.client, &self.path).await?;
+                Box::pin(self.create_node(prefix)).await
+            }
+            Err(Error::ConnectionLoss) => {
+                // The create may or may not have happened: look for our prefix.
+                let children = self.client.get_children(&self.path).await?;
+                match children.iter().find(|name| name.starts_with(prefix)) {
+                    Some(name) => Ok(path::join(&self.path, name)),
+                    None => Box::pin(self.create_node(prefix)).await,
+                }
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// The contenders' node names, in arrival (sequence) order.
+    async fn queue(&self) -> Result<Vec<String>, LockError> {
+        let mut names: Vec<String> = self
+            .client
+            .get_children(&self.path)
+            .await?
+            .into_iter()
+            .filter(|name| name.contains(LOCK_NAME))
+            .collect();
+        names.sort_by_key(|name| path::parse_sequence(name).unwrap_or(u64::MAX));
+        Ok(names)
+    }
+
+    /// The node's creation zxid, once its owner is confirmed to be us.
+    async fn check_owner(&self, node: &str) -> Result<FencingToken, LockError> {
+        let stat = self
+            .client
+            .exists(node)
+            .await?
+            .ok_or(LockError::Client(Error::SessionExpired))?;
+        if stat.ephemeral_owner != self.client.session_id() {
+            return Err(LockError::NotOwner {
+                node: node.to_owned(),
+                owner: stat.ephemeral_owner,
+            });
+        }
+        Ok(stat.czxid)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Forever,
+    Never,
+}
+
+impl Guard {
+    /// The fencing token of this grant: the zxid that created the lock node.
+    /// Strictly larger than the token of every earlier grant of this lock.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The lock node's path.
+    pub fn node(&self) -> &str {
+        self.node.path()
+    }
+
+    /// Resolves when this holder may have lost the lock: the connection is
+    /// suspended (the session may expire before it comes back), the session
+    /// expired, or the client closed. Returns that state. Stop writing to the
+    /// protected resource when it fires; the resource's [`super::Fence`]
+    /// catches the writes that were already on their way.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::Guard) {
+    /// tokio::select! {
+    ///     state = guard.lost() => eprintln!("stop writing: connection {state:?}"),
+    ///     () = do_the_work(guard.fencing_token()) => {}
+    /// }
+    /// # }
+    /// # async fn do_the_work(_token: u64) {}
+    /// ```
+    pub async fn lost(&self) -> ConnectionState {
+        let client = self.node.client();
+        // Subscribe before looking, so no change slips between the two.
+        let mut changes = client.state_changes();
+        let now = client.state();
+        if !now.is_connected() {
+            return now;
+        }
+        while let Some(state) = changes.next().await {
+            if !state.is_connected() {
+                return state;
+            }
+        }
+        ConnectionState::Closed
+    }
+
+    /// Releases the lock and waits until the node is gone.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.node.delete_now().await.map_err(LockError::from)
+    }
+}
