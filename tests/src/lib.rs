@@ -163,14 +163,16 @@ impl TestServer {
         let mut args = vec![
             "--listen",
             listen,
-            "--tick-ms",
-            &tick,
-            "--reap-interval-ms",
-            "100",
             "--exit-on-stdin-close",
             "--data-dir",
             &dir,
         ];
+        // Test defaults, unless the test sets them itself.
+        for (flag, value) in [("--tick-ms", tick.as_str()), ("--reap-interval-ms", "100")] {
+            if !extra.contains(&flag) {
+                args.extend_from_slice(&[flag, value]);
+            }
+        }
         args.extend_from_slice(extra);
         let log_to_terminal = std::env::var_os("ARBOR_TEST_LOG").is_some();
         let mut child = Command::new(arbord_path())
