@@ -25,8 +25,10 @@ use std::time::Duration;
 use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
-use crate::recipes::{ensure_path, unique_prefix, LockError, NodeCleanup};
-use crate::{Client, ConnectionState, CreateMode, Error};
+use crate::recipes::{
+    create_protected, ensure_path, retrying, unique_prefix, LockError, NodeCleanup,
+};
+use crate::{Client, ConnectionState, Error};
 
 /// The part of a lock node's name after the attempt prefix.
 const LOCK_NAME: &str = "lock-";
@@ -117,7 +119,8 @@ impl Mutex {
                 return Err(LockError::Locked);
             }
             let predecessor = path::join(&self.path, &queue[index - 1]);
-            let (stat, watch) = self.client.exists_watch(&predecessor).await?;
+            let (stat, watch) =
+                retrying(&self.client, || self.client.exists_watch(&predecessor)).await?;
             if stat.is_some() {
                 // Any event (deleted, or a spurious wake) means: look again.
                 watch.await?;
@@ -127,48 +130,25 @@ impl Mutex {
 
     /// Creates this attempt's node, finding it again if the reply was lost.
     async fn create_node(&self, prefix: &str) -> Result<String, LockError> {
-        let base = path::join(&self.path, &format!("{prefix}{LOCK_NAME}"));
-        match self
-            .client
-            .create(&base, Vec::new(), CreateMode::EphemeralSequential)
-            .await
-        {
-            Ok(node) => Ok(node),
-            // The lock's container was reaped after its last node went.
-            Err(Error::NoNode { .. }) => {
-                ensure_path(&self.client, &self.path).await?;
-                Box::pin(self.create_node(prefix)).await
-            }
-            Err(Error::ConnectionLoss) => {
-                // The create may or may not have happened: look for our prefix.
-                let children = self.client.get_children(&self.path).await?;
-                match children.iter().find(|name| name.starts_with(prefix)) {
-                    Some(name) => Ok(path::join(&self.path, name)),
-                    None => Box::pin(self.create_node(prefix)).await,
-                }
-            }
-            Err(err) => Err(err.into()),
-        }
+        Ok(create_protected(&self.client, &self.path, prefix, LOCK_NAME, Vec::new()).await?)
     }
 
     /// The contenders' node names, in arrival (sequence) order.
     async fn queue(&self) -> Result<Vec<String>, LockError> {
-        let mut names: Vec<String> = self
-            .client
-            .get_children(&self.path)
-            .await?
-            .into_iter()
-            .filter(|name| name.contains(LOCK_NAME))
-            .collect();
+        // Reads ride out a reconnect; only an expired session ends the wait.
+        let mut names: Vec<String> =
+            retrying(&self.client, || self.client.get_children(&self.path))
+                .await?
+                .into_iter()
+                .filter(|name| name.contains(LOCK_NAME))
+                .collect();
         names.sort_by_key(|name| path::parse_sequence(name).unwrap_or(u64::MAX));
         Ok(names)
     }
 
     /// The node's creation zxid, once its owner is confirmed to be us.
     async fn check_owner(&self, node: &str) -> Result<FencingToken, LockError> {
-        let stat = self
-            .client
-            .exists(node)
+        let stat = retrying(&self.client, || self.client.exists(node))
             .await?
             .ok_or(LockError::Client(Error::SessionExpired))?;
         if stat.ephemeral_owner != self.client.session_id() {

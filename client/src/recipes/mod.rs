@@ -4,18 +4,27 @@
 //! * [`Mutex`] — a fair lock whose waiters watch only their predecessor, and
 //!   whose grants carry fencing tokens.
 //! * [`Fence`] — the check a protected resource makes on those tokens.
+//! * [`RwLock`] — a fair read-write lock: readers share, writers exclude,
+//!   grants follow arrival order, and a reader waits only for the nearest
+//!   writer ahead of it.
+//! * [`Election`] — leader election (etcd's `Campaign`/`Resign`/`Leader`/
+//!   `Observe`): candidates queue, each watching only its predecessor.
 
+mod election;
 mod fence;
 mod lock;
+mod rwlock;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use election::{Election, ElectionError, LeaderInfo, Leadership, Observer};
 pub use fence::{Fence, FencingToken, StaleToken};
 pub use lock::{Guard, Mutex};
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 
-use crate::{Client, CreateMode, Error, SessionId};
+use crate::{Client, ConnectionState, CreateMode, Error, SessionId};
 
 /// Why a lock was not granted (or not released).
 #[derive(Debug, thiserror::Error)]
@@ -93,14 +102,22 @@ impl NodeCleanup {
         &self.client
     }
 
-    /// Deletes the node now; a node already gone is fine.
+    /// Deletes the node now, riding out a reconnect; a node already gone is fine.
     pub(crate) async fn delete_now(mut self) -> Result<(), Error> {
         self.armed = false;
-        match self.client.delete(&self.path, None).await {
+        delete_retrying(&self.client, &self.path).await
+    }
+}
+
+/// Deletes `path`, retrying after a reconnect; a node already gone is fine.
+async fn delete_retrying(client: &Client, path: &str) -> Result<(), Error> {
+    retrying(client, || async {
+        match client.delete(path, None).await {
             Ok(()) | Err(Error::NoNode { .. }) => Ok(()),
             Err(err) => Err(err),
         }
-    }
+    })
+    .await
 }
 
 impl Drop for NodeCleanup {
@@ -111,11 +128,152 @@ impl Drop for NodeCleanup {
         // Without a runtime the session's end removes the ephemeral instead.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (client, path) = (self.client.clone(), std::mem::take(&mut self.path));
+            // Retried across a reconnect: a cancelled waiter's node left
+            // behind would block the queue until its session ended.
             runtime.spawn(async move {
-                let _ = client.delete(&path, None).await;
+                let _ = delete_retrying(&client, &path).await;
             });
         }
     }
+}
+
+/// How many times a recipe retries a read after a connection loss or a
+/// request timeout before giving up (each retry first waits for the session
+/// to be resumed, which is itself bounded by the session timeout).
+pub(crate) const RETRIES_MAX: usize = 32;
+
+/// Whether `err` leaves the session alive and the outcome merely unknown.
+pub(crate) fn is_transient(err: &Error) -> bool {
+    matches!(err, Error::ConnectionLoss | Error::Timeout)
+}
+
+/// Waits until the client can send requests again. A recipe that gave up on
+/// the first `ConnectionLoss` would leave its ephemeral node behind for the
+/// rest of the session, blocking everyone queued after it.
+pub(crate) async fn wait_connected(client: &Client) -> Result<(), Error> {
+    // Subscribe before looking, so no change slips between the two.
+    let mut changes = client.state_changes();
+    loop {
+        match client.state() {
+            ConnectionState::Expired => return Err(Error::SessionExpired),
+            ConnectionState::Closed => return Err(Error::Closed),
+            state if state.is_connected() => return Ok(()),
+            _ => {}
+        }
+        if changes.next().await.is_none() {
+            return Err(match client.state() {
+                ConnectionState::Expired => Error::SessionExpired,
+                _ => Error::Closed,
+            });
+        }
+    }
+}
+
+/// Runs an idempotent `call`, retrying after transient failures once the
+/// client is connected again.
+pub(crate) async fn retrying<T, F, Fut>(client: &Client, mut call: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    for _ in 0..RETRIES_MAX {
+        match call().await {
+            Err(err) if is_transient(&err) => wait_connected(client).await?,
+            other => return other,
+        }
+    }
+    call().await
+}
+
+/// Creates the ephemeral sequential node `<dir>/<prefix><name><seq>`. When
+/// the outcome of a create is unknown, it looks for `prefix` before trying
+/// again, so one attempt never leaves two nodes.
+pub(crate) async fn create_protected(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    name: &str,
+    data: Vec<u8>,
+) -> Result<String, Error> {
+    let base = arbor_protocol::path::join(dir, &format!("{prefix}{name}"));
+    let mut unsure = false;
+    let mut last_error = Error::ConnectionLoss;
+    for _ in 0..RETRIES_MAX {
+        if unsure {
+            wait_connected(client).await?;
+            match client.get_children(dir).await {
+                Ok(children) => {
+                    if let Some(found) = children.iter().find(|child| child.starts_with(prefix)) {
+                        return Ok(arbor_protocol::path::join(dir, found));
+                    }
+                    unsure = false;
+                }
+                // An ephemeral child would have kept the container alive.
+                Err(Error::NoNode { .. }) => unsure = false,
+                Err(err) if is_transient(&err) => {
+                    last_error = err;
+                    continue;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        match client
+            .create(&base, data.clone(), CreateMode::EphemeralSequential)
+            .await
+        {
+            Ok(node) => return Ok(node),
+            // The container was reaped after its last child went.
+            Err(Error::NoNode { .. }) => match ensure_path(client, dir).await {
+                Ok(()) => {}
+                Err(err) if is_transient(&err) => wait_connected(client).await?,
+                Err(err) => return Err(err),
+            },
+            Err(err) if is_transient(&err) => {
+                unsure = true;
+                last_error = err;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last_error)
+}
+
+/// Deletes a held node, retrying through connection losses, then disarms
+/// its cleanup.
+pub(crate) async fn delete_node(node: NodeCleanup) -> Result<(), Error> {
+    node.delete_now().await
+}
+
+/// Resolves when a holder of an ephemeral node may have lost it: the
+/// connection is suspended, the session expired, or the client closed.
+pub(crate) async fn until_lost(client: &Client) -> ConnectionState {
+    // Subscribe before looking, so no change slips between the two.
+    let mut changes = client.state_changes();
+    let now = client.state();
+    if !now.is_connected() {
+        return now;
+    }
+    while let Some(state) = changes.next().await {
+        if !state.is_connected() {
+            return state;
+        }
+    }
+    ConnectionState::Closed
+}
+
+/// The stat of `node` if this session owns it; `Ok(Err(owner))` if another
+/// session does. A missing node means our session expired.
+pub(crate) async fn owned_stat(
+    client: &Client,
+    node: &str,
+) -> Result<Result<crate::Stat, SessionId>, Error> {
+    let stat = retrying(client, || client.exists(node))
+        .await?
+        .ok_or(Error::SessionExpired)?;
+    if stat.ephemeral_owner != client.session_id() {
+        return Ok(Err(stat.ephemeral_owner));
+    }
+    Ok(Ok(stat))
 }
 
 #[cfg(test)]

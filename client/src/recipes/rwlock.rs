@@ -1,0 +1,478 @@
+//! A fair, fenced read-write lock (Curator's `InterProcessReadWriteLock`).
+//!
+//! Readers and writers queue together: each creates an ephemeral sequential
+//! node, `<prefix>read-<seq>` or `<prefix>write-<seq>`, under the lock's path,
+//! and the sequence number orders the one queue. The invariants:
+//!
+//! * A writer holds the lock when its node is the lowest: no one else holds
+//!   it then, readers included.
+//! * A reader holds the lock when no writer's node is below its own: any
+//!   number of readers hold it together.
+//! * Grants follow arrival order. A reader that arrives after a waiting
+//!   writer waits for that writer, so a stream of readers cannot starve
+//!   writers.
+//! * No herd: a reader watches only the nearest writer ahead of it (readers
+//!   ahead of it do not block it), and a writer watches only the node just
+//!   ahead of it (of either kind). One release wakes only those it unblocks.
+//! * Each guard's fencing token is the creation zxid of its node, so a write
+//!   grant's token is larger than that of every grant before it.
+//!
+//! The safety rules are the fair lock's (see [`super::Mutex`]): a lost create
+//! reply is found again by its per-attempt prefix; ownership is reported only
+//! after checking the node belongs to this session; guards say when they may
+//! have been lost; cancelling an acquisition removes its node. On top of that,
+//! a connection loss while waiting is ridden out: the waiter resumes once the
+//! session is back instead of failing and leaving its node in the queue.
+
+use std::time::Duration;
+
+use arbor_protocol::path;
+
+use crate::recipes::fence::FencingToken;
+use crate::recipes::{
+    create_protected, delete_node, ensure_path, owned_stat, retrying, unique_prefix, until_lost,
+    LockError, NodeCleanup,
+};
+use crate::{Client, ConnectionState, Error};
+
+/// The part of a reader's node name after the attempt prefix.
+const READ_NAME: &str = "read-";
+/// The part of a writer's node name after the attempt prefix.
+const WRITE_NAME: &str = "write-";
+
+/// A fair read-write lock on a path. Cheap to create; clone the client, not
+/// the lock.
+///
+/// ```no_run
+/// use arbor_client::recipes::{LockError, RwLock};
+/// # async fn demo(client: arbor_client::Client) -> Result<(), LockError> {
+/// let lock = RwLock::new(&client, "/locks/config");
+/// {
+///     let reading = lock.read().await?; // shared with other readers
+///     // ... read the configuration ...
+///     reading.release().await?;
+/// }
+/// let writing = lock.write().await?; // alone
+/// let token = writing.fencing_token(); // send it with every write
+/// // ... rewrite the configuration ...
+/// writing.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    client: Client,
+    path: String,
+}
+
+/// Holding the lock for reading, possibly with other readers. Dropping it
+/// releases in the background; [`ReadGuard::release`] does it and waits.
+///
+/// ```no_run
+/// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+/// let guard = lock.read().await?;
+/// println!("reading under token {}", guard.fencing_token());
+/// drop(guard); // released in the background
+/// # Ok(()) }
+/// ```
+pub struct ReadGuard {
+    held: Held,
+}
+
+/// Holding the lock for writing, alone. Dropping it releases in the
+/// background; [`WriteGuard::release`] does it and waits.
+///
+/// ```no_run
+/// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+/// let guard = lock.write().await?;
+/// println!("writing under token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct WriteGuard {
+    held: Held,
+}
+
+/// What both guards hold: the node (deleted on drop) and its token.
+struct Held {
+    node: NodeCleanup,
+    token: FencingToken,
+}
+
+/// Which side of the lock a node asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Write,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Read => READ_NAME,
+            Kind::Write => WRITE_NAME,
+        }
+    }
+
+    /// The kind of a child of the lock path, `None` for a stranger.
+    fn of(name: &str) -> Option<Kind> {
+        // The prefix is hex and ends with '-', so neither name can hide in it.
+        if name.contains(WRITE_NAME) {
+            Some(Kind::Write)
+        } else if name.contains(READ_NAME) {
+            Some(Kind::Read)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Forever,
+    Never,
+}
+
+/// The queue position the contender at `index` waits for, or `None` if it
+/// holds the lock: a reader waits for the nearest writer ahead of it, a
+/// writer for whoever is just ahead of it.
+fn blocker(kinds: &[Kind], index: usize) -> Option<usize> {
+    match kinds[index] {
+        Kind::Read => kinds[..index].iter().rposition(|&kind| kind == Kind::Write),
+        Kind::Write => index.checked_sub(1),
+    }
+}
+
+impl RwLock {
+    /// A read-write lock on `path` (created as a container if missing, with
+    /// its parents).
+    ///
+    /// ```no_run
+    /// # fn demo(client: arbor_client::Client) {
+    /// let lock = arbor_client::recipes::RwLock::new(&client, "/locks/config");
+    /// assert_eq!(lock.path(), "/locks/config");
+    /// # }
+    /// ```
+    pub fn new(client: &Client, path: &str) -> Self {
+        Self {
+            client: client.clone(),
+            path: path.to_owned(),
+        }
+    }
+
+    /// The path whose children form the queue.
+    ///
+    /// ```no_run
+    /// # fn demo(lock: arbor_client::recipes::RwLock) {
+    /// println!("queue under {}", lock.path());
+    /// # }
+    /// ```
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Waits until no writer is ahead of this reader.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// let guard = lock.read().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read(&self) -> Result<ReadGuard, LockError> {
+        let held = self.acquire(Kind::Read, Wait::Forever).await?;
+        Ok(ReadGuard { held })
+    }
+
+    /// Waits until nobody is ahead of this writer.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// let guard = lock.write().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write(&self) -> Result<WriteGuard, LockError> {
+        let held = self.acquire(Kind::Write, Wait::Forever).await?;
+        Ok(WriteGuard { held })
+    }
+
+    /// Reads only if no writer holds the lock or waits for it;
+    /// [`LockError::Locked`] otherwise, with this attempt's node removed.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// use arbor_client::recipes::LockError;
+    /// match lock.try_read().await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(LockError::Locked) => println!("a writer is at work or waiting"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_read(&self) -> Result<ReadGuard, LockError> {
+        let held = self.acquire(Kind::Read, Wait::Never).await?;
+        Ok(ReadGuard { held })
+    }
+
+    /// Writes only if nobody holds the lock or waits for it;
+    /// [`LockError::Locked`] otherwise, with this attempt's node removed.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// use arbor_client::recipes::LockError;
+    /// match lock.try_write().await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(LockError::Locked) => println!("busy"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_write(&self) -> Result<WriteGuard, LockError> {
+        let held = self.acquire(Kind::Write, Wait::Never).await?;
+        Ok(WriteGuard { held })
+    }
+
+    /// [`RwLock::read`] for at most `timeout`; [`LockError::Timeout`] then,
+    /// with the queue left as if this reader never came.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// use std::time::Duration;
+    /// let guard = lock.read_timeout(Duration::from_secs(5)).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard, LockError> {
+        match tokio::time::timeout(timeout, self.read()).await {
+            Ok(result) => result,
+            // The acquire future was dropped: its node is being removed.
+            Err(_) => Err(LockError::Timeout),
+        }
+    }
+
+    /// [`RwLock::write`] for at most `timeout`; [`LockError::Timeout`] then,
+    /// with the queue left as if this writer never came.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// use std::time::Duration;
+    /// let guard = lock.write_timeout(Duration::from_secs(5)).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, LockError> {
+        match tokio::time::timeout(timeout, self.write()).await {
+            Ok(result) => result,
+            // The acquire future was dropped: its node is being removed.
+            Err(_) => Err(LockError::Timeout),
+        }
+    }
+
+    async fn acquire(&self, kind: Kind, wait: Wait) -> Result<Held, LockError> {
+        retrying(&self.client, || ensure_path(&self.client, &self.path)).await?;
+        let prefix = unique_prefix();
+        let node =
+            create_protected(&self.client, &self.path, &prefix, kind.name(), Vec::new()).await?;
+        // From here on, dropping this future deletes the node.
+        let cleanup = NodeCleanup::new(&self.client, node.clone());
+        loop {
+            let queue = retrying(&self.client, || self.queue()).await?;
+            let Some(index) = queue
+                .iter()
+                .position(|(name, _)| path::join(&self.path, name) == node)
+            else {
+                // Our node is gone: the session expired (its ephemerals went).
+                return Err(LockError::Client(Error::SessionExpired));
+            };
+            let kinds: Vec<Kind> = queue.iter().map(|&(_, kind)| kind).collect();
+            let Some(ahead) = blocker(&kinds, index) else {
+                let token = self.check_owner(&node).await?;
+                return Ok(Held {
+                    node: cleanup,
+                    token,
+                });
+            };
+            if wait == Wait::Never {
+                delete_node(cleanup).await?;
+                return Err(LockError::Locked);
+            }
+            let ahead = path::join(&self.path, &queue[ahead].0);
+            let (stat, watch) = retrying(&self.client, || self.client.exists_watch(&ahead)).await?;
+            if stat.is_some() {
+                // Any event (deleted, or a spurious wake) means: look again.
+                watch.await?;
+            }
+        }
+    }
+
+    /// The contenders' node names and kinds, in arrival (sequence) order.
+    async fn queue(&self) -> Result<Vec<(String, Kind)>, Error> {
+        let mut queue: Vec<(String, Kind)> = self
+            .client
+            .get_children(&self.path)
+            .await?
+            .into_iter()
+            .filter_map(|name| Kind::of(&name).map(|kind| (name, kind)))
+            .collect();
+        queue.sort_by_key(|(name, _)| path::parse_sequence(name).unwrap_or(u64::MAX));
+        Ok(queue)
+    }
+
+    /// The node's creation zxid, once its owner is confirmed to be us.
+    async fn check_owner(&self, node: &str) -> Result<FencingToken, LockError> {
+        match owned_stat(&self.client, node).await? {
+            Ok(stat) => Ok(stat.czxid),
+            Err(owner) => Err(LockError::NotOwner {
+                node: node.to_owned(),
+                owner,
+            }),
+        }
+    }
+}
+
+impl ReadGuard {
+    /// The fencing token of this grant: the zxid that created the reader's
+    /// node. Larger than the token of every write grant before it.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) {
+    /// let token: u64 = guard.fencing_token();
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> FencingToken {
+        self.held.token
+    }
+
+    /// The reader's node path.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) {
+    /// assert!(guard.node().contains("read-"));
+    /// # }
+    /// ```
+    pub fn node(&self) -> &str {
+        self.held.node.path()
+    }
+
+    /// Resolves when this reader may have lost the lock (the connection is
+    /// suspended, the session expired, or the client closed), with that
+    /// state. Stop trusting what was read under the lock when it fires.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) {
+    /// tokio::select! {
+    ///     state = guard.lost() => eprintln!("stop: connection {state:?}"),
+    ///     () = read_config() => {}
+    /// }
+    /// # }
+    /// # async fn read_config() {}
+    /// ```
+    pub async fn lost(&self) -> ConnectionState {
+        until_lost(self.held.node.client()).await
+    }
+
+    /// Releases the lock and waits until the node is gone (riding out a
+    /// connection loss on the way).
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) -> Result<(), arbor_client::recipes::LockError> {
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<(), LockError> {
+        delete_node(self.held.node).await.map_err(LockError::from)
+    }
+}
+
+impl WriteGuard {
+    /// The fencing token of this grant: the zxid that created the writer's
+    /// node. Strictly larger than the token of every grant before it.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) {
+    /// let token: u64 = guard.fencing_token();
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> FencingToken {
+        self.held.token
+    }
+
+    /// The writer's node path.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) {
+    /// assert!(guard.node().contains("write-"));
+    /// # }
+    /// ```
+    pub fn node(&self) -> &str {
+        self.held.node.path()
+    }
+
+    /// Resolves when this writer may have lost the lock (the connection is
+    /// suspended, the session expired, or the client closed), with that
+    /// state. Stop writing when it fires; the resource's [`super::Fence`]
+    /// catches the writes already on their way.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) {
+    /// tokio::select! {
+    ///     state = guard.lost() => eprintln!("stop writing: connection {state:?}"),
+    ///     () = write_config(guard.fencing_token()) => {}
+    /// }
+    /// # }
+    /// # async fn write_config(_token: u64) {}
+    /// ```
+    pub async fn lost(&self) -> ConnectionState {
+        until_lost(self.held.node.client()).await
+    }
+
+    /// Releases the lock and waits until the node is gone (riding out a
+    /// connection loss on the way).
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) -> Result<(), arbor_client::recipes::LockError> {
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<(), LockError> {
+        delete_node(self.held.node).await.map_err(LockError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Kind::{Read as R, Write as W};
+
+    #[test]
+    fn readers_wait_only_for_the_nearest_writer_ahead() {
+        // Readers ahead never block a reader; the closest writer ahead does.
+        assert_eq!(blocker(&[R, R, R], 2), None);
+        assert_eq!(blocker(&[W, R, R, W, R, R], 5), Some(3));
+        assert_eq!(blocker(&[W, R, R], 2), Some(0));
+        assert_eq!(blocker(&[R, W, R], 0), None);
+    }
+
+    #[test]
+    fn writers_wait_for_their_immediate_predecessor() {
+        // A writer holds only at the head, and watches just the node ahead.
+        assert_eq!(blocker(&[W], 0), None);
+        assert_eq!(blocker(&[R, R, W], 2), Some(1));
+        assert_eq!(blocker(&[W, W], 1), Some(0));
+    }
+
+    #[test]
+    fn node_names_tell_their_kind() {
+        // The hex attempt prefix cannot be mistaken for a kind.
+        let prefix = crate::recipes::unique_prefix();
+        assert_eq!(
+            Kind::of(&format!("{prefix}read-0000000001")),
+            Some(Kind::Read)
+        );
+        assert_eq!(
+            Kind::of(&format!("{prefix}write-0000000002")),
+            Some(Kind::Write)
+        );
+        assert_eq!(Kind::of("something-else"), None);
+    }
+}

@@ -1,0 +1,198 @@
+//! Leader election against a real server: the first candidate leads, a dead
+//! or resigning leader hands over to the next in line, observers see each
+//! leader once, tokens grow, and a withdrawn candidacy leaves no node.
+
+use std::time::Duration;
+
+use arbor_client::recipes::{Election, LeaderInfo, Leadership};
+use arbor_client::Client;
+use arbor_tests::{client, TestServer};
+use tokio::task::JoinHandle;
+
+/// Long enough for a wrongly elected candidate to have been elected.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Waits until the election has `len` candidates.
+async fn wait_for_candidates(client: &Client, path: &str, len: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = client.get_children(path).await.map_or(0, |c| c.len());
+        if now == len {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{now} candidates, wanted {len}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn campaign(client: &Client, path: &str, value: &'static str) -> JoinHandle<Leadership> {
+    let election = Election::new(client, path);
+    tokio::spawn(async move { election.campaign(value).await.expect("elected") })
+}
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} in time"))
+}
+
+#[tokio::test]
+async fn the_first_of_three_candidates_leads_and_leader_reports_it() {
+    // Only the first candidate is elected, and leader() names it with its value.
+    let server = TestServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let election = Election::new(&a, "/election/first");
+    assert_eq!(election.leader().await.expect("read"), None, "nobody yet");
+    let leading = election.campaign("a").await.expect("elected");
+    let second = campaign(&b, "/election/first", "b");
+    let third = campaign(&c, "/election/first", "c");
+    wait_for_candidates(&a, "/election/first", 3).await;
+    tokio::time::sleep(SETTLE).await;
+    assert!(!second.is_finished() && !third.is_finished(), "one leader");
+    let leader = Election::new(&c, "/election/first")
+        .leader()
+        .await
+        .expect("read")
+        .expect("a leader");
+    assert_eq!(
+        leader,
+        LeaderInfo {
+            node: leading.node().to_owned(),
+            value: b"a".to_vec(),
+            token: leading.fencing_token(),
+        }
+    );
+    second.abort();
+    third.abort();
+}
+
+#[tokio::test]
+async fn leadership_passes_on_death_and_resignation_as_observed() {
+    // A closed leader's session and a resignation each elect the next, seen once by observe().
+    let server = TestServer::start();
+    let watcher = client(&server).await;
+    let mut observer = Election::new(&watcher, "/election/svc").observe();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let first = within("a leads", Election::new(&a, "/election/svc").campaign("a"))
+        .await
+        .expect("elected");
+    let second = campaign(&b, "/election/svc", "b");
+    wait_for_candidates(&watcher, "/election/svc", 2).await;
+    let third = campaign(&c, "/election/svc", "c");
+    wait_for_candidates(&watcher, "/election/svc", 3).await;
+
+    let seen = within("observed", observer.next()).await.expect("observed");
+    assert_eq!(seen.value, b"a");
+    assert_eq!(seen.token, first.fencing_token());
+
+    // Kill the leader's session: its node goes, and the next candidate leads.
+    a.close().await.expect("closed");
+    let seen = within("observed", observer.next()).await.expect("observed");
+    assert_eq!(seen.value, b"b");
+    let second = within("b leads", second).await.expect("joins");
+    assert_eq!(seen.token, second.fencing_token());
+    assert!(
+        second.fencing_token() > first.fencing_token(),
+        "tokens grow"
+    );
+    tokio::time::sleep(SETTLE).await;
+    assert!(!third.is_finished(), "c still waits behind b");
+
+    let second_token = second.fencing_token();
+    second.resign().await.expect("resigned");
+    let seen = within("observed", observer.next()).await.expect("observed");
+    assert_eq!(seen.value, b"c");
+    let third = within("c leads", third).await.expect("joins");
+    assert_eq!(seen.token, third.fencing_token());
+    assert!(third.fencing_token() > second_token, "tokens grow");
+    assert_eq!(
+        Election::new(&watcher, "/election/svc")
+            .leader()
+            .await
+            .expect("read"),
+        Some(seen)
+    );
+    third.resign().await.expect("resigned");
+    assert_eq!(
+        Election::new(&watcher, "/election/svc")
+            .leader()
+            .await
+            .expect("read"),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_withdrawn_candidacy_leaves_no_node_and_skips_the_queue() {
+    // Dropping a waiting campaign removes its node; the one behind it leads next.
+    let server = TestServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let first = Election::new(&a, "/election/w")
+        .campaign("a")
+        .await
+        .expect("elected");
+    let withdrawn = campaign(&b, "/election/w", "b");
+    wait_for_candidates(&a, "/election/w", 2).await;
+    let third = campaign(&c, "/election/w", "c");
+    wait_for_candidates(&a, "/election/w", 3).await;
+    withdrawn.abort();
+    wait_for_candidates(&a, "/election/w", 2).await;
+    let token = first.fencing_token();
+    first.resign().await.expect("resigned");
+    let third = within("c leads", third).await.expect("joins");
+    assert_eq!(third.value(), b"c");
+    assert!(third.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn a_waiting_candidate_and_an_observer_ride_out_a_server_restart() {
+    // A restart within the session timeout keeps the queue: the waiter still leads next.
+    let dir = arbor_tests::TempDir::new();
+    let mut server = TestServer::start_in(dir.path(), &[]);
+    let (a, b, watcher) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let mut observer = Election::new(&watcher, "/election/r").observe();
+    let first = Election::new(&a, "/election/r")
+        .campaign("a")
+        .await
+        .expect("elected");
+    let second = campaign(&b, "/election/r", "b");
+    wait_for_candidates(&a, "/election/r", 2).await;
+    assert_eq!(
+        within("observed", observer.next())
+            .await
+            .expect("observed")
+            .value,
+        b"a"
+    );
+
+    server.kill();
+    let lost = within("lost() fires", first.lost()).await;
+    assert!(!lost.is_connected());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    // Resigning rides out the reconnect instead of failing on ConnectionLoss.
+    within("resigned", first.resign()).await.expect("resigned");
+    let second = within("b leads", second).await.expect("joins");
+    assert_eq!(second.value(), b"b");
+    let seen = within("observed", observer.next()).await.expect("observed");
+    assert_eq!(seen.token, second.fencing_token());
+}
