@@ -139,3 +139,22 @@ fn fencing_rejects_the_paused_holder_and_a_plain_store_loses_the_update() {
         "timeline lines carry their offset:\n{stdout}"
     );
 }
+
+#[test]
+fn leader_election_hands_over_to_each_next_candidate_with_growing_tokens() {
+    // Killing each leader in turn makes the next candidate lead, seen by the observer.
+    let server = TestServer::start();
+    let out = run("leader_election", &server, &["--candidates", "4"]);
+    for i in 0..4 {
+        assert!(
+            out.contains(&format!("candidate-{i} leads with token"))
+                && out.contains(&format!("the observer sees candidate-{i}")),
+            "candidate-{i} never led: {out}"
+        );
+    }
+    assert_eq!(
+        out.lines().last(),
+        Some("takeovers=3 tokens_increasing=true"),
+        "{out}"
+    );
+}
