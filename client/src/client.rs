@@ -158,6 +158,22 @@ impl Client {
         self.shared.last_zxid()
     }
 
+    /// How many watch events this client has received from the server, over
+    /// all its connections: one per change per session, however many local
+    /// watchers it reached. A lock waiter that watches only its predecessor
+    /// receives one per grant; a herd would receive one per release.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) {
+    /// println!("{} watch events so far", client.watch_events_received());
+    /// # }
+    /// ```
+    pub fn watch_events_received(&self) -> u64 {
+        self.shared
+            .events_received
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The server's limits, as announced in the handshake.
     pub fn server_limits(&self) -> ServerLimits {
         self.shared.session().limits

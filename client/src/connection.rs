@@ -673,6 +673,9 @@ impl Connection {
             ServerMessage::Reply { xid, zxid, result } => self.on_reply(xid, zxid, result),
             ServerMessage::Event(event) => {
                 self.shared.observe_zxid(event.zxid);
+                self.shared
+                    .events_received
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let reached = self.shared.watches.lock().route(&event);
                 debug!(
                     event_type = ?event.event_type,

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) watches: Watches,
     /// Slots for requests sent but not yet answered; see `ClientOptions::max_in_flight`.
     pub(crate) in_flight: Arc<Semaphore>,
+    /// Watch events received from the server, for diagnostics and benchmarks.
+    pub(crate) events_received: AtomicU64,
 }
 
 impl Shared {
@@ -63,6 +65,7 @@ impl Shared {
             state: StateCell::new(),
             watches: Watches::new(),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            events_received: AtomicU64::new(0),
         }
     }
 

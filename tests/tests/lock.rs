@@ -141,3 +141,99 @@ async fn cancelling_random_waiters_leaves_no_stale_nodes_and_keeps_the_queue() {
         "every remaining waiter got the lock"
     );
 }
+
+#[tokio::test]
+async fn a_hundred_waiters_one_notification_per_release_and_random_cancels() {
+    // 100 queued waiters: FIFO grants, one watch event per release among the
+    // live waiters, and 10 random cancellations leave no node behind.
+    let server = TestServer::start_with(&[
+        "--max-connections-per-ip",
+        "250",
+        "--max-connections",
+        "400",
+    ]);
+    let holder = client(&server).await;
+    let held = Mutex::new(&holder, "/locks/h")
+        .lock()
+        .await
+        .expect("granted");
+    let (granted_tx, mut granted_rx) = mpsc::channel(128);
+    let (release_tx, _) = tokio::sync::broadcast::channel::<usize>(128);
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..100usize {
+        let c = client(&server).await;
+        let lock = Mutex::new(&c, "/locks/h");
+        let granted_tx = granted_tx.clone();
+        let mut release_rx = release_tx.subscribe();
+        let before = holder.get_children("/locks/h").await.expect("listed").len();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.expect("granted");
+            granted_tx
+                .send((i, guard.fencing_token()))
+                .await
+                .expect("reported");
+            // Hold until the test says this grant may go.
+            while release_rx.recv().await.expect("test alive") != i {}
+            guard.release().await.expect("released");
+        }));
+        clients.push(c);
+        while holder.get_children("/locks/h").await.expect("listed").len() == before {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64
+        | 1;
+    let mut rng = seed;
+    let mut cancelled = std::collections::BTreeSet::new();
+    while cancelled.len() < 10 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        cancelled.insert((rng % 100) as usize);
+    }
+    for &i in &cancelled {
+        tasks[i].abort();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        holder.get_children("/locks/h").await.expect("listed").len(),
+        91,
+        "seed {seed}: cancelled waiters {cancelled:?} left nodes behind"
+    );
+    let live: Vec<usize> = (0..100).filter(|i| !cancelled.contains(i)).collect();
+    let live_events = |clients: &[arbor_client::Client]| -> u64 {
+        live.iter()
+            .map(|&i| clients[i].watch_events_received())
+            .sum()
+    };
+    let mut last_token = held.fencing_token();
+    let mut before = live_events(&clients);
+    held.release().await.expect("released");
+    for &want in &live {
+        let (i, token) = tokio::time::timeout(Duration::from_secs(10), granted_rx.recv())
+            .await
+            .expect("granted in time")
+            .expect("a grant");
+        assert_eq!(i, want, "seed {seed}: grants follow arrival order");
+        assert!(token > last_token, "tokens grow");
+        last_token = token;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let after = live_events(&clients);
+        assert_eq!(
+            after - before,
+            1,
+            "seed {seed}: exactly one notification for the release before grant {i}"
+        );
+        before = after;
+        let _ = release_tx.send(i);
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        if !cancelled.contains(&i) {
+            task.await.expect("joins");
+        }
+    }
+}
