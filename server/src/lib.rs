@@ -59,6 +59,7 @@
 pub mod clock;
 pub mod config;
 pub mod context;
+pub mod embedded;
 pub mod housekeeping;
 pub mod net;
 pub mod pipeline;
@@ -70,4 +71,5 @@ pub mod txn;
 pub mod watch;
 
 pub use config::Config;
+pub use embedded::TemporaryServer;
 pub use server::{run, Server, ServerError};

@@ -38,15 +38,19 @@ const CANDIDATE_NAME: &str = "candidate-";
 
 /// Why a campaign (or a look at the leader) failed.
 ///
-/// ```no_run
-/// # async fn demo(election: arbor_client::recipes::Election) {
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+/// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
 /// use arbor_client::recipes::ElectionError;
 /// match election.campaign("me").await {
 ///     Ok(leadership) => println!("leading with token {}", leadership.fencing_token()),
 ///     Err(ElectionError::Client(err)) if err.is_session_ended() => println!("session over"),
 ///     Err(err) => println!("no leadership: {err}"),
 /// }
-/// # }
+/// # Ok(()) }
 /// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ElectionError {
@@ -60,9 +64,12 @@ pub enum ElectionError {
 /// An election on a path. Cheap to create; clone the client, not the
 /// election.
 ///
-/// ```no_run
+/// ```
 /// use arbor_client::recipes::{Election, ElectionError};
-/// # async fn demo(client: arbor_client::Client) -> Result<(), ElectionError> {
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
 /// let election = Election::new(&client, "/election/svc");
 /// let leadership = election.campaign("10.0.0.7:8080").await?; // waits its turn
 /// tokio::select! {
@@ -82,8 +89,12 @@ pub struct Election {
 /// Leading the election. Dropping it resigns in the background;
 /// [`Leadership::resign`] does it and waits.
 ///
-/// ```no_run
-/// # async fn demo(election: arbor_client::recipes::Election) -> Result<(), arbor_client::recipes::ElectionError> {
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+/// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
 /// let leadership = election.campaign(b"node-a".to_vec()).await?;
 /// assert_eq!(leadership.value(), b"node-a");
 /// leadership.resign().await?;
@@ -97,8 +108,12 @@ pub struct Leadership {
 
 /// Who leads: the lowest candidate node, as read from the server.
 ///
-/// ```no_run
-/// # async fn demo(election: arbor_client::recipes::Election) -> Result<(), arbor_client::recipes::ElectionError> {
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+/// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
 /// if let Some(leader) = election.leader().await? {
 ///     println!("{} leads with token {}: {:?}", leader.node, leader.token, leader.value);
 /// }
@@ -116,14 +131,22 @@ pub struct LeaderInfo {
 
 /// Follows the election's leader: [`Observer::next`] yields each new leader.
 ///
-/// ```no_run
-/// # async fn demo(election: arbor_client::recipes::Election) -> Result<(), arbor_client::recipes::ElectionError> {
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+/// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
+/// # let _leading = election.campaign("a").await?;
 /// let mut observer = election.observe();
+/// # for _ in 0..1 {
 /// loop {
 ///     let leader = observer.next().await?;
 ///     println!("new leader {:?}", leader.value);
+/// #   break;
 /// }
 /// # }
+/// # Ok(()) }
 /// ```
 pub struct Observer {
     client: Client,
@@ -136,7 +159,7 @@ impl Election {
     /// An election on `path` (created as a container if missing, with its
     /// parents).
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(client: arbor_client::Client) {
     /// let election = arbor_client::recipes::Election::new(&client, "/election/svc");
     /// assert_eq!(election.path(), "/election/svc");
@@ -151,7 +174,7 @@ impl Election {
 
     /// The path whose children are the candidates.
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(election: arbor_client::recipes::Election) {
     /// println!("candidates under {}", election.path());
     /// # }
@@ -164,8 +187,12 @@ impl Election {
     /// name) and waits until this candidate leads. Dropping the future leaves
     /// the election: the candidate's node is removed.
     ///
-    /// ```no_run
-    /// # async fn demo(election: arbor_client::recipes::Election) -> Result<(), arbor_client::recipes::ElectionError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
     /// use std::time::Duration;
     /// // Campaign for at most a minute; on timeout the candidacy is withdrawn.
     /// match tokio::time::timeout(Duration::from_secs(60), election.campaign("me")).await {
@@ -220,8 +247,12 @@ impl Election {
 
     /// The current leader, or `None` if nobody campaigns.
     ///
-    /// ```no_run
-    /// # async fn demo(election: arbor_client::recipes::Election) -> Result<(), arbor_client::recipes::ElectionError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
     /// match election.leader().await? {
     ///     Some(leader) => println!("send requests to {}", String::from_utf8_lossy(&leader.value)),
     ///     None => println!("no leader yet"),
@@ -260,10 +291,17 @@ impl Election {
     /// the current leader (waiting for one if there is none), each later one
     /// the next different leader.
     ///
-    /// ```no_run
-    /// # async fn demo(election: arbor_client::recipes::Election) -> Result<(), arbor_client::recipes::ElectionError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
+    /// # let a = election.campaign("a").await?;
     /// let mut observer = election.observe();
     /// let first = observer.next().await?;
+    /// # a.resign().await?;
+    /// # let _b = election.campaign("b").await?;
     /// let second = observer.next().await?; // after `first` resigned or died
     /// assert!(second.token > first.token);
     /// # Ok(()) }
@@ -295,10 +333,17 @@ impl Observer {
     /// while nobody called `next` may never be seen. Fails only when the
     /// session ends (or on an error the client cannot ride out).
     ///
-    /// ```no_run
-    /// # async fn demo(mut observer: arbor_client::recipes::Observer) -> Result<(), arbor_client::recipes::ElectionError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let election = arbor_client::recipes::Election::new(&client, "/doc/election");
+    /// # let _leadership = election.campaign("me").await?;
+    /// # let mut observer = election.observe();
     /// while let Ok(leader) = observer.next().await {
     ///     println!("leader is now {:?} (token {})", leader.value, leader.token);
+    /// #   break;
     /// }
     /// # Ok(()) }
     /// ```
@@ -318,7 +363,7 @@ impl Observer {
 
     /// The leader reported last by [`Observer::next`], if any.
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(observer: arbor_client::recipes::Observer) {
     /// if let Some(leader) = observer.last() {
     ///     println!("last seen leader: {}", leader.node);
@@ -379,7 +424,7 @@ impl Leadership {
     /// This leader's fencing token: the zxid that created its candidate
     /// node. Strictly larger than every earlier leader's token.
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(leadership: arbor_client::recipes::Leadership) {
     /// let token: u64 = leadership.fencing_token(); // send it with every write
     /// # }
@@ -390,7 +435,7 @@ impl Leadership {
 
     /// The candidate node's path.
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(leadership: arbor_client::recipes::Leadership) {
     /// println!("leading as {}", leadership.node());
     /// # }
@@ -401,7 +446,7 @@ impl Leadership {
 
     /// The value this leader campaigned with.
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(leadership: arbor_client::recipes::Leadership) {
     /// println!("leading as {:?}", String::from_utf8_lossy(leadership.value()));
     /// # }
@@ -415,13 +460,17 @@ impl Leadership {
     /// it comes back), the session expired, or the client closed. Returns
     /// that state. Act as a follower from then on.
     ///
-    /// ```no_run
-    /// # async fn demo(leadership: arbor_client::recipes::Leadership) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let leadership = arbor_client::recipes::Election::new(&client, "/doc/election").campaign("me").await?;
     /// tokio::select! {
     ///     state = leadership.lost() => eprintln!("no longer leading: {state:?}"),
     ///     () = lead(leadership.fencing_token()) => {}
     /// }
-    /// # }
+    /// # Ok(()) }
     /// # async fn lead(_token: u64) {}
     /// ```
     pub async fn lost(&self) -> ConnectionState {
@@ -432,8 +481,12 @@ impl Leadership {
     /// leadership to the next candidate (riding out a connection loss on the
     /// way).
     ///
-    /// ```no_run
-    /// # async fn demo(leadership: arbor_client::recipes::Leadership) -> Result<(), arbor_client::recipes::ElectionError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let leadership = arbor_client::recipes::Election::new(&client, "/doc/election").campaign("me").await?;
     /// leadership.resign().await?;
     /// # Ok(()) }
     /// ```

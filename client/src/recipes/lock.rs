@@ -35,9 +35,12 @@ const LOCK_NAME: &str = "lock-";
 
 /// A fair lock on a path. Cheap to create; clone the client, not the lock.
 ///
-/// ```no_run
+/// ```
 /// use arbor_client::recipes::Mutex;
-/// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::recipes::LockError> {
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
 /// let lock = Mutex::new(&client, "/locks/job-42");
 /// let guard = lock.lock().await?;
 /// let token = guard.fencing_token(); // send it with every write
@@ -185,13 +188,17 @@ impl Guard {
     /// protected resource when it fires; the resource's [`super::Fence`]
     /// catches the writes that were already on their way.
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::Guard) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::Mutex::new(&client, "/doc/lock").lock().await?;
     /// tokio::select! {
     ///     state = guard.lost() => eprintln!("stop writing: connection {state:?}"),
     ///     () = do_the_work(guard.fencing_token()) => {}
     /// }
-    /// # }
+    /// # Ok(()) }
     /// # async fn do_the_work(_token: u64) {}
     /// ```
     pub async fn lost(&self) -> ConnectionState {

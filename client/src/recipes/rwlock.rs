@@ -43,9 +43,12 @@ const WRITE_NAME: &str = "write-";
 /// A fair read-write lock on a path. Cheap to create; clone the client, not
 /// the lock.
 ///
-/// ```no_run
+/// ```
 /// use arbor_client::recipes::{LockError, RwLock};
-/// # async fn demo(client: arbor_client::Client) -> Result<(), LockError> {
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
 /// let lock = RwLock::new(&client, "/locks/config");
 /// {
 ///     let reading = lock.read().await?; // shared with other readers
@@ -67,8 +70,12 @@ pub struct RwLock {
 /// Holding the lock for reading, possibly with other readers. Dropping it
 /// releases in the background; [`ReadGuard::release`] does it and waits.
 ///
-/// ```no_run
-/// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+/// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
 /// let guard = lock.read().await?;
 /// println!("reading under token {}", guard.fencing_token());
 /// drop(guard); // released in the background
@@ -81,8 +88,12 @@ pub struct ReadGuard {
 /// Holding the lock for writing, alone. Dropping it releases in the
 /// background; [`WriteGuard::release`] does it and waits.
 ///
-/// ```no_run
-/// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = arbor_server::TemporaryServer::start().await?;
+/// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+/// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
 /// let guard = lock.write().await?;
 /// println!("writing under token {}", guard.fencing_token());
 /// guard.release().await?;
@@ -146,7 +157,7 @@ impl RwLock {
     /// A read-write lock on `path` (created as a container if missing, with
     /// its parents).
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(client: arbor_client::Client) {
     /// let lock = arbor_client::recipes::RwLock::new(&client, "/locks/config");
     /// assert_eq!(lock.path(), "/locks/config");
@@ -161,7 +172,7 @@ impl RwLock {
 
     /// The path whose children form the queue.
     ///
-    /// ```no_run
+    /// ```
     /// # fn demo(lock: arbor_client::recipes::RwLock) {
     /// println!("queue under {}", lock.path());
     /// # }
@@ -172,8 +183,12 @@ impl RwLock {
 
     /// Waits until no writer is ahead of this reader.
     ///
-    /// ```no_run
-    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
     /// let guard = lock.read().await?;
     /// guard.release().await?;
     /// # Ok(()) }
@@ -185,8 +200,12 @@ impl RwLock {
 
     /// Waits until nobody is ahead of this writer.
     ///
-    /// ```no_run
-    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
     /// let guard = lock.write().await?;
     /// guard.release().await?;
     /// # Ok(()) }
@@ -199,13 +218,17 @@ impl RwLock {
     /// Reads only if no writer holds the lock or waits for it;
     /// [`LockError::Locked`] otherwise, with this attempt's node removed.
     ///
-    /// ```no_run
-    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
     /// use arbor_client::recipes::LockError;
     /// match lock.try_read().await {
     ///     Ok(guard) => guard.release().await?,
     ///     Err(LockError::Locked) => println!("a writer is at work or waiting"),
-    ///     Err(err) => return Err(err),
+    ///     Err(err) => return Err(err.into()),
     /// }
     /// # Ok(()) }
     /// ```
@@ -217,13 +240,17 @@ impl RwLock {
     /// Writes only if nobody holds the lock or waits for it;
     /// [`LockError::Locked`] otherwise, with this attempt's node removed.
     ///
-    /// ```no_run
-    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
     /// use arbor_client::recipes::LockError;
     /// match lock.try_write().await {
     ///     Ok(guard) => guard.release().await?,
     ///     Err(LockError::Locked) => println!("busy"),
-    ///     Err(err) => return Err(err),
+    ///     Err(err) => return Err(err.into()),
     /// }
     /// # Ok(()) }
     /// ```
@@ -235,8 +262,12 @@ impl RwLock {
     /// [`RwLock::read`] for at most `timeout`; [`LockError::Timeout`] then,
     /// with the queue left as if this reader never came.
     ///
-    /// ```no_run
-    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
     /// use std::time::Duration;
     /// let guard = lock.read_timeout(Duration::from_secs(5)).await?;
     /// guard.release().await?;
@@ -253,8 +284,12 @@ impl RwLock {
     /// [`RwLock::write`] for at most `timeout`; [`LockError::Timeout`] then,
     /// with the queue left as if this writer never came.
     ///
-    /// ```no_run
-    /// # async fn demo(lock: arbor_client::recipes::RwLock) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let lock = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock");
     /// use std::time::Duration;
     /// let guard = lock.write_timeout(Duration::from_secs(5)).await?;
     /// guard.release().await?;
@@ -334,10 +369,14 @@ impl ReadGuard {
     /// The fencing token of this grant: the zxid that created the reader's
     /// node. Larger than the token of every write grant before it.
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").read().await?;
     /// let token: u64 = guard.fencing_token();
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> FencingToken {
         self.held.token
@@ -345,10 +384,14 @@ impl ReadGuard {
 
     /// The reader's node path.
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").read().await?;
     /// assert!(guard.node().contains("read-"));
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn node(&self) -> &str {
         self.held.node.path()
@@ -358,13 +401,17 @@ impl ReadGuard {
     /// suspended, the session expired, or the client closed), with that
     /// state. Stop trusting what was read under the lock when it fires.
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").read().await?;
     /// tokio::select! {
     ///     state = guard.lost() => eprintln!("stop: connection {state:?}"),
     ///     () = read_config() => {}
     /// }
-    /// # }
+    /// # Ok(()) }
     /// # async fn read_config() {}
     /// ```
     pub async fn lost(&self) -> ConnectionState {
@@ -374,8 +421,12 @@ impl ReadGuard {
     /// Releases the lock and waits until the node is gone (riding out a
     /// connection loss on the way).
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::ReadGuard) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").read().await?;
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
@@ -388,10 +439,14 @@ impl WriteGuard {
     /// The fencing token of this grant: the zxid that created the writer's
     /// node. Strictly larger than the token of every grant before it.
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").write().await?;
     /// let token: u64 = guard.fencing_token();
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> FencingToken {
         self.held.token
@@ -399,10 +454,14 @@ impl WriteGuard {
 
     /// The writer's node path.
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").write().await?;
     /// assert!(guard.node().contains("write-"));
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn node(&self) -> &str {
         self.held.node.path()
@@ -413,13 +472,17 @@ impl WriteGuard {
     /// state. Stop writing when it fires; the resource's [`super::Fence`]
     /// catches the writes already on their way.
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").write().await?;
     /// tokio::select! {
     ///     state = guard.lost() => eprintln!("stop writing: connection {state:?}"),
     ///     () = write_config(guard.fencing_token()) => {}
     /// }
-    /// # }
+    /// # Ok(()) }
     /// # async fn write_config(_token: u64) {}
     /// ```
     pub async fn lost(&self) -> ConnectionState {
@@ -429,8 +492,12 @@ impl WriteGuard {
     /// Releases the lock and waits until the node is gone (riding out a
     /// connection loss on the way).
     ///
-    /// ```no_run
-    /// # async fn demo(guard: arbor_client::recipes::WriteGuard) -> Result<(), arbor_client::recipes::LockError> {
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").write().await?;
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
