@@ -26,7 +26,7 @@ use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
 use crate::recipes::{
-    create_protected, ensure_path, retrying, unique_prefix, LockError, NodeCleanup,
+    create_protected, ensure_path, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
 };
 use crate::{Client, ConnectionState, Error};
 
@@ -202,19 +202,7 @@ impl Guard {
     /// # async fn do_the_work(_token: u64) {}
     /// ```
     pub async fn lost(&self) -> ConnectionState {
-        let client = self.node.client();
-        // Subscribe before looking, so no change slips between the two.
-        let mut changes = client.state_changes();
-        let now = client.state();
-        if !now.is_connected() {
-            return now;
-        }
-        while let Some(state) = changes.next().await {
-            if !state.is_connected() {
-                return state;
-            }
-        }
-        ConnectionState::Closed
+        until_lost(self.node.client()).await
     }
 
     /// Releases the lock and waits until the node is gone.
