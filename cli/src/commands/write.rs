@@ -1,0 +1,171 @@
+//! Commands that change the tree: `create`, `set`, `delete [-r]`, and `sync`.
+
+use std::io::Read;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use arbor_client::{Client, CreateMode, Error as ClientError};
+use clap::Args;
+use serde_json::json;
+
+use super::child_path;
+use crate::duration;
+use crate::output::{self, Output};
+
+/// The most nodes one `delete -r` removes.
+pub const DELETE_NODES_MAX: usize = 100_000;
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Ephemeral: deleted when this command's session ends (at once).
+    #[arg(short = 'e', long)]
+    ephemeral: bool,
+    /// Sequential: the server appends a unique, increasing number.
+    #[arg(short = 's', long)]
+    sequential: bool,
+    /// Container: deleted by the server once it has had children and has none.
+    #[arg(long, conflicts_with_all = ["ephemeral", "sequential", "ttl"])]
+    container: bool,
+    /// Deleted once it has no children and was not modified for this long.
+    #[arg(long, value_parser = duration::parse, conflicts_with = "ephemeral")]
+    ttl: Option<Duration>,
+    /// The node to create.
+    path: String,
+    /// The data, or `-` to read it from stdin; empty when left out.
+    data: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// Only if the node's version is this one.
+    #[arg(short = 'v', long)]
+    version: Option<i32>,
+    /// The node to change.
+    path: String,
+    /// The new data, or `-` to read it from stdin; empty when left out.
+    data: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// Delete the whole subtree, children first.
+    #[arg(short = 'r', long)]
+    recursive: bool,
+    /// Only if the node's version is this one (checked on PATH itself).
+    #[arg(short = 'v', long)]
+    version: Option<i32>,
+    /// The node to delete.
+    path: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// The path to sync.
+    path: String,
+}
+
+pub async fn run_create(client: &Client, args: CreateArgs, out: &Output) -> anyhow::Result<()> {
+    let mode = create_mode(&args)?;
+    let data = read_data(args.data.as_deref())?;
+    let created = client.create(&args.path, data, mode).await?;
+    out.print(&json!({"path": created}), &created)?;
+    Ok(())
+}
+
+fn create_mode(args: &CreateArgs) -> anyhow::Result<CreateMode> {
+    let ttl_ms = match args.ttl {
+        Some(ttl) => Some(u64::try_from(ttl.as_millis()).context("--ttl is too long")?),
+        None => None,
+    };
+    let mode = match (args.ephemeral, args.sequential, args.container, ttl_ms) {
+        (_, _, true, _) => CreateMode::Container,
+        (true, true, _, _) => CreateMode::EphemeralSequential,
+        (true, false, _, _) => CreateMode::Ephemeral,
+        (false, true, _, Some(ttl_ms)) => CreateMode::PersistentSequentialWithTtl { ttl_ms },
+        (false, false, _, Some(ttl_ms)) => CreateMode::PersistentWithTtl { ttl_ms },
+        (false, true, _, None) => CreateMode::PersistentSequential,
+        (false, false, _, None) => CreateMode::Persistent,
+    };
+    Ok(mode)
+}
+
+pub async fn run_set(client: &Client, args: SetArgs, out: &Output) -> anyhow::Result<()> {
+    let data = read_data(args.data.as_deref())?;
+    let stat = client.set_data(&args.path, data, args.version).await?;
+    let document = json!({"path": args.path, "stat": output::stat_json(&stat)});
+    out.print(&document, &stat.version.to_string())?;
+    Ok(())
+}
+
+pub async fn run_delete(client: &Client, args: DeleteArgs, out: &Output) -> anyhow::Result<()> {
+    if args.recursive {
+        delete_subtree(client, &args.path, args.version).await?;
+    } else {
+        client.delete(&args.path, args.version).await?;
+    }
+    out.print(&json!({"path": args.path}), "")?;
+    Ok(())
+}
+
+/// Deletes `root` and everything under it, children before parents. Nodes
+/// that vanish meanwhile are skipped; nodes that appear meanwhile make the
+/// parent's delete fail with `NotEmpty`.
+async fn delete_subtree(client: &Client, root: &str, version: Option<i32>) -> anyhow::Result<()> {
+    if version.is_some() {
+        // Check the version first so a mismatch deletes nothing.
+        let (_data, stat) = client.get_data(root).await?;
+        if Some(stat.version) != version {
+            return Err(ClientError::BadVersion {
+                path: root.to_owned(),
+            }
+            .into());
+        }
+    }
+    // Pre-order listing; deleting it in reverse removes children first.
+    let mut order = vec![root.to_owned()];
+    let mut next = 0;
+    while next < order.len() {
+        let path = order[next].clone();
+        next += 1;
+        let children = match client.get_children(&path).await {
+            Ok(children) => children,
+            Err(ClientError::NoNode { .. }) if path != root => continue,
+            Err(err) => return Err(err.into()),
+        };
+        if order.len() + children.len() > DELETE_NODES_MAX {
+            bail!("more than {DELETE_NODES_MAX} nodes under {root}; nothing deleted");
+        }
+        order.extend(children.iter().map(|name| child_path(&path, name)));
+    }
+    for path in order.iter().rev() {
+        let expected = if path == root { version } else { None };
+        match client.delete(path, expected).await {
+            Ok(()) => {}
+            Err(ClientError::NoNode { .. }) if path != root => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+pub async fn run_sync(client: &Client, args: SyncArgs, out: &Output) -> anyhow::Result<()> {
+    client.sync(&args.path).await?;
+    out.print(&json!({"path": args.path}), "")?;
+    Ok(())
+}
+
+/// The bytes of a DATA argument: its text, all of stdin for `-`, or nothing.
+fn read_data(argument: Option<&str>) -> anyhow::Result<Vec<u8>> {
+    match argument {
+        None => Ok(Vec::new()),
+        Some("-") => {
+            let mut data = Vec::new();
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut data)
+                .context("cannot read data from stdin")?;
+            Ok(data)
+        }
+        Some(text) => Ok(text.as_bytes().to_vec()),
+    }
+}

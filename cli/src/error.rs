@@ -1,0 +1,206 @@
+//! How a failure is reported: one line on stderr (`arbor: <what> (<path>)`)
+//! or, with `--json`, `{"error": {"code", "message"}}` on stdout; and which
+//! documented exit code it ends the process with.
+
+use arbor_client::Error as ClientError;
+use serde_json::json;
+
+use crate::output::Output;
+
+/// Exit codes, as documented in `arbor --help`. Usage errors exit with 2 from
+/// clap itself.
+pub mod exit_code {
+    pub const GENERIC: i32 = 1;
+    pub const UNREACHABLE: i32 = 3;
+    pub const NO_NODE: i32 = 4;
+    pub const NODE_EXISTS: i32 = 5;
+    pub const BAD_VERSION: i32 = 6;
+    pub const NOT_EMPTY: i32 = 7;
+    pub const INVALID_PATH: i32 = 8;
+}
+
+/// The server could not be reached at `server` (connect failed or timed out).
+#[derive(Debug)]
+pub struct Unreachable {
+    pub server: String,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot reach server at {}", self.server)
+    }
+}
+
+/// A failure, classified for printing.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Stable name for JSON (`NoNode`, `Unreachable`, `Error`, ...).
+    pub code: String,
+    pub message: String,
+    pub exit_code: i32,
+}
+
+/// Classifies `err` by the first client error or [`Unreachable`] in its chain.
+pub fn classify(err: &anyhow::Error) -> Failure {
+    if let Some(unreachable) = err.downcast_ref::<Unreachable>() {
+        let cause = client_error_in(err)
+            .map(|e| format!(": {}", chain_text(e)))
+            .unwrap_or_default();
+        return Failure {
+            code: "Unreachable".to_owned(),
+            message: format!("cannot reach server at {}{cause}", unreachable.server),
+            exit_code: exit_code::UNREACHABLE,
+        };
+    }
+    if let Some(client_error) = client_error_in(err) {
+        return classify_client(client_error, err);
+    }
+    if let Some(io) = err.chain().find_map(|e| e.downcast_ref::<std::io::Error>()) {
+        if io.kind() == std::io::ErrorKind::BrokenPipe {
+            return Failure {
+                code: "BrokenPipe".to_owned(),
+                message: String::new(),
+                exit_code: 0,
+            };
+        }
+    }
+    Failure {
+        code: "Error".to_owned(),
+        message: format!("{err:#}"),
+        exit_code: exit_code::GENERIC,
+    }
+}
+
+fn classify_client(client_error: &ClientError, whole: &anyhow::Error) -> Failure {
+    let exit_code = match client_error {
+        ClientError::NoNode { .. } => exit_code::NO_NODE,
+        ClientError::NodeExists { .. } => exit_code::NODE_EXISTS,
+        ClientError::BadVersion { .. } => exit_code::BAD_VERSION,
+        ClientError::NotEmpty { .. } => exit_code::NOT_EMPTY,
+        ClientError::InvalidPath { .. } => exit_code::INVALID_PATH,
+        ClientError::Connect { .. } => exit_code::UNREACHABLE,
+        _ => exit_code::GENERIC,
+    };
+    let code = match client_error.code() {
+        Some(code) => format!("{code:?}"),
+        None => client_only_code(client_error).to_owned(),
+    };
+    let message = match (client_error.code(), node_path(client_error)) {
+        (Some(code), Some(path)) => {
+            let reason = match client_error {
+                ClientError::InvalidPath {
+                    reason: Some(reason),
+                    ..
+                } => format!(": {reason}"),
+                _ => String::new(),
+            };
+            format!("{code}{reason} ({path})")
+        }
+        _ => format!("{whole:#}"),
+    };
+    Failure {
+        code,
+        message,
+        exit_code,
+    }
+}
+
+/// The client error that caused `err`, if any.
+fn client_error_in(err: &anyhow::Error) -> Option<&ClientError> {
+    err.downcast_ref::<ClientError>()
+        .or_else(|| err.chain().find_map(|e| e.downcast_ref::<ClientError>()))
+}
+
+/// The path a node error is about, if it has a non-empty one.
+fn node_path(err: &ClientError) -> Option<&str> {
+    let path = match err {
+        ClientError::NoNode { path }
+        | ClientError::NodeExists { path }
+        | ClientError::BadVersion { path }
+        | ClientError::NotEmpty { path }
+        | ClientError::NoChildrenForEphemerals { path }
+        | ClientError::InvalidPath { path, .. }
+        | ClientError::NoWatcher { path } => path,
+        _ => return None,
+    };
+    (!path.is_empty()).then_some(path.as_str())
+}
+
+fn client_only_code(err: &ClientError) -> &'static str {
+    match err {
+        ClientError::ConnectionLoss => "ConnectionLoss",
+        ClientError::Timeout => "Timeout",
+        ClientError::Connect { .. } => "Unreachable",
+        ClientError::Closed => "Closed",
+        ClientError::WatchLagged => "WatchLagged",
+        ClientError::WatchRemoved => "WatchRemoved",
+        ClientError::Protocol(_) => "Protocol",
+        _ => "Error",
+    }
+}
+
+/// `err` and its sources joined with `: `.
+fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Reports `err` as `out` asks and ends the process with its exit code.
+pub fn exit_with(out: &Output, err: &anyhow::Error) -> ! {
+    let failure = classify(err);
+    if failure.exit_code == 0 {
+        // stdout was closed by the reader (`arbor ls / | head`): not an error.
+        std::process::exit(0);
+    }
+    if out.is_json() {
+        let document = json!({"error": {"code": failure.code, "message": failure.message}});
+        // Nothing more can be done if stdout is gone; the exit code still tells.
+        out.print_json_line(&document).ok();
+    } else {
+        eprintln!("arbor: {}", failure.message);
+    }
+    std::process::exit(failure.exit_code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves node errors map to their documented exit codes and `what (path)` messages.
+    #[test]
+    fn node_errors_classified() {
+        let err = anyhow::Error::new(ClientError::NoNode {
+            path: "/a".to_owned(),
+        });
+        let failure = classify(&err);
+        assert_eq!(failure.code, "NoNode");
+        assert_eq!(failure.message, "no node (/a)");
+        assert_eq!(failure.exit_code, exit_code::NO_NODE);
+        let err = anyhow::Error::new(ClientError::BadVersion {
+            path: "/b".to_owned(),
+        })
+        .context("set");
+        assert_eq!(classify(&err).exit_code, exit_code::BAD_VERSION);
+    }
+
+    // Proves an unreachable server exits with 3 and names the address tried.
+    #[test]
+    fn unreachable_names_the_server() {
+        let err = anyhow::Error::new(ClientError::Timeout).context(Unreachable {
+            server: "10.0.0.1:7181".to_owned(),
+        });
+        let failure = classify(&err);
+        assert_eq!(failure.exit_code, exit_code::UNREACHABLE);
+        assert!(
+            failure.message.contains("10.0.0.1:7181"),
+            "{}",
+            failure.message
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! End-to-end tests of the `arbor` binary against a real `arbord`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use arbor_tests::TestServer;
+use serde_json::Value;
+
+/// Runs `arbor --server <server> args...` with `stdin` fed in.
+fn arbor_with_stdin(server: &TestServer, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .arg("--server")
+        .arg(server.addr())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the arbor binary runs");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    input.write_all(stdin).expect("arbor reads its stdin");
+    drop(input);
+    child.wait_with_output().expect("arbor finishes")
+}
+
+fn arbor(server: &TestServer, args: &[&str]) -> Output {
+    arbor_with_stdin(server, args, b"")
+}
+
+/// Runs a command that must succeed, and returns its stdout as JSON.
+fn arbor_json(server: &TestServer, args: &[&str]) -> Value {
+    let output = arbor(server, &[&["--json"], args].concat());
+    assert_ok(&output);
+    serde_json::from_slice(&output.stdout).expect("stdout is one JSON document")
+}
+
+fn assert_ok(output: &Output) {
+    assert!(
+        output.status.success(),
+        "status {:?}, stderr {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+// Proves create/get/set/stat/ls/ls -l/delete -r work and their JSON has the documented fields.
+#[test]
+fn json_round_trip_of_every_basic_command() {
+    let server = TestServer::start();
+    assert_eq!(
+        arbor_json(&server, &["create", "/app", "hello"])["path"],
+        "/app"
+    );
+    arbor_json(&server, &["create", "/app/b", "two"]);
+    arbor_json(&server, &["create", "/app/a"]);
+    arbor_json(&server, &["create", "/app/a/deep", "x"]);
+
+    let got = arbor_json(&server, &["get", "/app"]);
+    assert_eq!(got["path"], "/app");
+    assert_eq!(got["data"], "hello");
+    assert_eq!(got["encoding"], "utf8");
+    assert_eq!(got["stat"]["version"], 0);
+    assert_eq!(got["stat"]["data_length"], 5);
+
+    let set = arbor_json(&server, &["set", "-v", "0", "/app", "world"]);
+    assert_eq!(set["path"], "/app");
+    assert_eq!(set["stat"]["version"], 1);
+    assert_eq!(stdout(&arbor(&server, &["set", "/app", "again"])), "2\n");
+
+    let stat = arbor_json(&server, &["stat", "/app"]);
+    let fields = [
+        "czxid",
+        "mzxid",
+        "pzxid",
+        "ctime",
+        "mtime",
+        "version",
+        "cversion",
+        "aversion",
+        "ephemeral_owner",
+        "data_length",
+        "num_children",
+    ];
+    for field in fields {
+        assert!(stat["stat"][field].is_u64(), "{field} in {stat}");
+    }
+    assert_eq!(stat["stat"]["num_children"], 2);
+    assert_eq!(stat["stat"]["version"], 2);
+
+    let listed = arbor_json(&server, &["ls", "/app"]);
+    assert_eq!(listed["path"], "/app");
+    assert_eq!(listed["children"], serde_json::json!(["a", "b"]));
+    assert_eq!(stdout(&arbor(&server, &["ls", "/app"])), "a\nb\n");
+
+    let long = arbor_json(&server, &["ls", "-l", "/app"]);
+    assert_eq!(long["children"][0]["name"], "a");
+    assert_eq!(long["children"][0]["stat"]["num_children"], 1);
+    assert_eq!(long["children"][1]["name"], "b");
+    assert_eq!(long["children"][1]["stat"]["data_length"], 3);
+    let human = stdout(&arbor(&server, &["ls", "-l", "/app"]));
+    let lines: Vec<&str> = human.lines().collect();
+    assert_eq!(lines.len(), 3, "{human}");
+    assert!(lines[0].starts_with("NAME"), "{human}");
+    assert_eq!(lines[1].find("  0"), lines[2].find("  0"), "{human}");
+
+    assert_eq!(
+        arbor_json(&server, &["delete", "-r", "/app"])["path"],
+        "/app"
+    );
+    assert_eq!(arbor(&server, &["stat", "/app"]).status.code(), Some(4));
+}
+
+// Proves `-` reads the data from stdin, for create and for set.
+#[test]
+fn data_from_stdin() {
+    let server = TestServer::start();
+    assert_ok(&arbor_with_stdin(
+        &server,
+        &["create", "/in", "-"],
+        b"from stdin\n",
+    ));
+    assert_eq!(arbor_json(&server, &["get", "/in"])["data"], "from stdin\n");
+    assert_ok(&arbor_with_stdin(&server, &["set", "/in", "-"], b"second"));
+    assert_eq!(arbor_json(&server, &["get", "/in"])["data"], "second");
+}
+
+// Proves every byte value survives stdin in and `get --raw` out, and is shown as hex otherwise.
+#[test]
+fn binary_data_round_trips_raw() {
+    let server = TestServer::start();
+    let bytes: Vec<u8> = (0..=255).collect();
+    assert_ok(&arbor_with_stdin(&server, &["create", "/bin", "-"], &bytes));
+    let raw = arbor(&server, &["get", "--raw", "/bin"]);
+    assert_ok(&raw);
+    assert_eq!(raw.stdout, bytes);
+
+    let shown = arbor_json(&server, &["get", "/bin"]);
+    assert_eq!(shown["encoding"], "hex");
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    assert_eq!(shown["data"], hex);
+    let human = stdout(&arbor(&server, &["get", "/bin"]));
+    assert!(human.starts_with("\\x00\\x01\\x02"), "{human}");
+}
+
+// Proves each failure gives its documented exit code, a one-line message and a JSON error.
+#[test]
+fn errors_have_documented_exit_codes() {
+    let server = TestServer::start();
+    let missing = arbor(&server, &["get", "/missing"]);
+    assert_eq!(missing.status.code(), Some(4));
+    let message = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(message, "arbor: no node (/missing)\n");
+    assert!(missing.stdout.is_empty());
+
+    let json = arbor(&server, &["--json", "get", "/missing"]);
+    assert_eq!(json.status.code(), Some(4));
+    let document: Value = serde_json::from_slice(&json.stdout).expect("a JSON error");
+    assert_eq!(document["error"]["code"], "NoNode");
+    assert!(document["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("/missing")));
+
+    assert_ok(&arbor(&server, &["create", "/x", "1"]));
+    let exists = arbor(&server, &["create", "/x"]);
+    assert_eq!(exists.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&exists.stderr).contains("(/x)"));
+
+    let bad_version = arbor(&server, &["set", "-v", "7", "/x", "2"]);
+    assert_eq!(bad_version.status.code(), Some(6));
+
+    assert_ok(&arbor(&server, &["create", "/x/child"]));
+    assert_eq!(arbor(&server, &["delete", "/x"]).status.code(), Some(7));
+
+    for bad in ["relative", "/a//b", "/trailing/"] {
+        let invalid = arbor(&server, &["get", bad]);
+        assert_eq!(invalid.status.code(), Some(8), "{bad}");
+    }
+
+    assert_eq!(arbor(&server, &["ls"]).status.code(), Some(2));
+}
+
+// Proves an unreachable server exits with 3 and names the address it tried.
+#[test]
+fn unreachable_server_exits_3() {
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", "127.0.0.1:1", "--timeout", "2s", "ls", "/"])
+        .output()
+        .expect("the arbor binary runs");
+    assert_eq!(output.status.code(), Some(3));
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(message.starts_with("arbor: "), "{message}");
+    assert!(message.contains("127.0.0.1:1"), "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+// Proves `tree --depth` stops at the depth asked and marks nodes with unlisted children.
+#[test]
+fn tree_respects_depth() {
+    let server = TestServer::start();
+    for path in ["/t", "/t/a", "/t/a/b", "/t/a/b/c", "/t/z"] {
+        assert_ok(&arbor(&server, &["create", path]));
+    }
+    let full = arbor_json(&server, &["tree", "/t"]);
+    assert_eq!(full["path"], "/t");
+    assert_eq!(
+        full["children"][0]["children"][0]["children"][0]["path"],
+        "/t/a/b/c"
+    );
+
+    let one = arbor_json(&server, &["tree", "--depth", "1", "/t"]);
+    let children = one["children"].as_array().expect("children");
+    assert_eq!(children.len(), 2);
+    assert_eq!(children[0]["path"], "/t/a");
+    assert_eq!(children[0]["children"], serde_json::json!([]));
+    assert_eq!(children[0]["truncated"], true);
+    assert_eq!(children[1]["path"], "/t/z");
+
+    let human = stdout(&arbor(&server, &["tree", "--depth", "2", "/t"]));
+    assert!(human.contains("b"), "{human}");
+    assert!(!human.contains("c\n"), "{human}");
+}
+
+// Proves `watch -r` prints a line for a node created by another command.
+#[test]
+fn watch_prints_creation_event() {
+    let server = TestServer::start();
+    assert_ok(&arbor(&server, &["create", "/w"]));
+    let mut watcher = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.addr(), "watch", "-r", "/w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the arbor binary runs");
+    let stdout = watcher.stdout.take().expect("stdout is piped");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The watch may not be set yet: create nodes until one is reported.
+    let mut first = None;
+    for attempt in 0..50 {
+        assert_ok(&arbor(&server, &["create", &format!("/w/n{attempt}")]));
+        if let Ok(line) = received.recv_timeout(Duration::from_millis(200)) {
+            first = Some(line.expect("watch output is UTF-8"));
+            break;
+        }
+    }
+    watcher.kill().expect("the watcher can be killed");
+    watcher.wait().expect("the watcher ends");
+    let first = first.expect("a watch event within 10 seconds");
+    assert!(first.starts_with("NodeCreated /w/n"), "{first}");
+    assert!(first.contains(" zxid=0x"), "{first}");
+}
