@@ -416,3 +416,20 @@ pub async fn client(server: &TestServer) -> arbor_client::Client {
         .await
         .expect("client connects")
 }
+
+/// Waits (up to 10 s) until `path` has exactly `len` children: a queue of
+/// lock waiters or election candidates has formed.
+pub async fn wait_for_children(client: &arbor_client::Client, path: &str, len: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = client.get_children(path).await.map_or(0, |c| c.len());
+        if now == len {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} has {now} children, wanted {len}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -6,27 +6,11 @@ use std::time::Duration;
 
 use arbor_client::recipes::{Election, LeaderInfo, Leadership};
 use arbor_client::Client;
-use arbor_tests::{client, TestServer};
+use arbor_tests::{client, wait_for_children, TestServer};
 use tokio::task::JoinHandle;
 
 /// Long enough for a wrongly elected candidate to have been elected.
 const SETTLE: Duration = Duration::from_millis(300);
-
-/// Waits until the election has `len` candidates.
-async fn wait_for_candidates(client: &Client, path: &str, len: usize) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = client.get_children(path).await.map_or(0, |c| c.len());
-        if now == len {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{now} candidates, wanted {len}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 fn campaign(client: &Client, path: &str, value: &'static str) -> JoinHandle<Leadership> {
     let election = Election::new(client, path);
@@ -53,7 +37,7 @@ async fn the_first_of_three_candidates_leads_and_leader_reports_it() {
     let leading = election.campaign("a").await.expect("elected");
     let second = campaign(&b, "/election/first", "b");
     let third = campaign(&c, "/election/first", "c");
-    wait_for_candidates(&a, "/election/first", 3).await;
+    wait_for_children(&a, "/election/first", 3).await;
     tokio::time::sleep(SETTLE).await;
     assert!(!second.is_finished() && !third.is_finished(), "one leader");
     let leader = Election::new(&c, "/election/first")
@@ -88,9 +72,9 @@ async fn leadership_passes_on_death_and_resignation_as_observed() {
         .await
         .expect("elected");
     let second = campaign(&b, "/election/svc", "b");
-    wait_for_candidates(&watcher, "/election/svc", 2).await;
+    wait_for_children(&watcher, "/election/svc", 2).await;
     let third = campaign(&c, "/election/svc", "c");
-    wait_for_candidates(&watcher, "/election/svc", 3).await;
+    wait_for_children(&watcher, "/election/svc", 3).await;
 
     let seen = within("observed", observer.next()).await.expect("observed");
     assert_eq!(seen.value, b"a");
@@ -147,11 +131,11 @@ async fn a_withdrawn_candidacy_leaves_no_node_and_skips_the_queue() {
         .await
         .expect("elected");
     let withdrawn = campaign(&b, "/election/w", "b");
-    wait_for_candidates(&a, "/election/w", 2).await;
+    wait_for_children(&a, "/election/w", 2).await;
     let third = campaign(&c, "/election/w", "c");
-    wait_for_candidates(&a, "/election/w", 3).await;
+    wait_for_children(&a, "/election/w", 3).await;
     withdrawn.abort();
-    wait_for_candidates(&a, "/election/w", 2).await;
+    wait_for_children(&a, "/election/w", 2).await;
     let token = first.fencing_token();
     first.resign().await.expect("resigned");
     let third = within("c leads", third).await.expect("joins");
@@ -175,7 +159,7 @@ async fn a_waiting_candidate_and_an_observer_ride_out_a_server_restart() {
         .await
         .expect("elected");
     let second = campaign(&b, "/election/r", "b");
-    wait_for_candidates(&a, "/election/r", 2).await;
+    wait_for_children(&a, "/election/r", 2).await;
     assert_eq!(
         within("observed", observer.next())
             .await

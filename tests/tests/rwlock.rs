@@ -6,29 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_client::recipes::{LockError, RwLock};
-use arbor_client::Client;
-use arbor_tests::{client, TestServer};
+use arbor_tests::{client, wait_for_children, TestServer};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Long enough for a wrongly granted waiter to have been granted.
 const SETTLE: Duration = Duration::from_millis(300);
-
-/// Waits until the lock's queue has `len` nodes.
-async fn wait_for_queue(client: &Client, path: &str, len: usize) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = client.get_children(path).await.map_or(0, |c| c.len());
-        if now == len {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "queue has {now} nodes, wanted {len}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 async fn granted<T>(task: JoinHandle<T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), task)
@@ -55,7 +38,7 @@ async fn two_readers_hold_together_while_a_writer_waits() {
         let lock = RwLock::new(&w, "/locks/rw");
         async move { lock.write().await }
     });
-    wait_for_queue(&a, "/locks/rw", 3).await;
+    wait_for_children(&a, "/locks/rw", 3).await;
     tokio::time::sleep(SETTLE).await;
     assert!(!writer.is_finished(), "the writer waits for both readers");
     first.release().await.expect("released");
@@ -85,12 +68,12 @@ async fn a_queued_writer_holds_back_later_readers() {
         let lock = RwLock::new(&w, "/locks/fifo");
         async move { lock.write().await }
     });
-    wait_for_queue(&a, "/locks/fifo", 2).await;
+    wait_for_children(&a, "/locks/fifo", 2).await;
     let late_reader = tokio::spawn({
         let lock = RwLock::new(&b, "/locks/fifo");
         async move { lock.read().await }
     });
-    wait_for_queue(&a, "/locks/fifo", 3).await;
+    wait_for_children(&a, "/locks/fifo", 3).await;
     tokio::time::sleep(SETTLE).await;
     assert!(!writer.is_finished(), "the writer waits for the reader");
     assert!(
@@ -183,7 +166,7 @@ async fn grants_follow_arrival_order_and_exclude_writers() {
             drop(c);
         }));
         // Queue in a known order: wait until this contender's node exists.
-        wait_for_queue(&holder, "/locks/order", i + 2).await;
+        wait_for_children(&holder, "/locks/order", i + 2).await;
     }
     let first_token = first.fencing_token();
     first.release().await.expect("released");
@@ -225,7 +208,7 @@ async fn try_write_is_refused_while_a_reader_holds() {
     ));
     let shared = lock_b.try_read().await.expect("readers share");
     // The refused attempts removed their nodes.
-    wait_for_queue(&a, "/locks/try", 2).await;
+    wait_for_children(&a, "/locks/try", 2).await;
     shared.release().await.expect("released");
     let token = reading.fencing_token();
     reading.release().await.expect("released");
