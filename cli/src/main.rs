@@ -7,11 +7,13 @@
 //! one line on stderr (or one JSON error document on stdout) plus a
 //! documented exit code; the binary never panics on bad input.
 
+mod browse;
 mod commands;
 mod data;
 mod duration;
 mod error;
 mod output;
+mod shell;
 
 use std::time::Duration;
 
@@ -52,24 +54,13 @@ struct Global {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List the children of a node.
-    Ls(commands::ls::LsArgs),
-    /// Show a subtree.
-    Tree(commands::tree::TreeArgs),
-    /// Print a node's data.
-    Get(commands::get::GetArgs),
-    /// Print a node's stat.
-    Stat(commands::get::StatArgs),
-    /// Create a node.
-    Create(commands::write::CreateArgs),
-    /// Replace a node's data.
-    Set(commands::write::SetArgs),
-    /// Delete a node (or, with -r, a subtree).
-    Delete(commands::write::DeleteArgs),
-    /// Wait until the server is up to date with the leader for a path.
-    Sync(commands::write::SyncArgs),
-    /// Print changes at a path until interrupted.
-    Watch(commands::watch::WatchArgs),
+    #[command(flatten)]
+    Node(commands::NodeCommand),
+    /// An interactive prompt: the same commands, with history, completion of
+    /// commands and znode paths, and `cd`/`pwd`.
+    Shell,
+    /// A full-screen browser of the tree, updated live.
+    Browse,
     /// Print the client version (and the server's last zxid, if reachable).
     Version,
 }
@@ -88,7 +79,10 @@ impl Global {
 fn main() {
     let cli = Cli::parse();
     let out = Output::new(cli.global.json);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    // One worker: the client's connection task keeps the session alive
+    // while `arbor shell` blocks its own thread in the line editor.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
     {
@@ -106,22 +100,14 @@ fn main() {
 /// Runs one command to completion.
 async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
     let global = &cli.global;
-    if let Command::Version = cli.command {
-        return commands::version::run(global, out).await;
-    }
+    let command = match cli.command {
+        Command::Version => return commands::version::run(global, out).await,
+        Command::Shell => return shell::run(global, out).await,
+        Command::Browse => return browse::run(global).await,
+        Command::Node(command) => command,
+    };
     let client = commands::connect(global).await?;
-    match cli.command {
-        Command::Ls(args) => commands::ls::run(&client, args, out).await?,
-        Command::Tree(args) => commands::tree::run(&client, args, out).await?,
-        Command::Get(args) => commands::get::run_get(&client, args, out).await?,
-        Command::Stat(args) => commands::get::run_stat(&client, args, out).await?,
-        Command::Create(args) => commands::write::run_create(&client, args, out).await?,
-        Command::Set(args) => commands::write::run_set(&client, args, out).await?,
-        Command::Delete(args) => commands::write::run_delete(&client, args, out).await?,
-        Command::Sync(args) => commands::write::run_sync(&client, args, out).await?,
-        Command::Watch(args) => commands::watch::run(&client, args, out).await?,
-        Command::Version => unreachable!("handled before connecting"),
-    }
+    command.run(&client, out).await?;
     // Closing ends the session now, so its ephemerals go at once; a failure
     // here does not undo the command's effect.
     client.close().await.ok();

@@ -16,13 +16,13 @@ pub struct GetArgs {
     #[arg(long)]
     raw: bool,
     /// The node to read.
-    path: String,
+    pub(crate) path: String,
 }
 
 #[derive(Debug, Args)]
 pub struct StatArgs {
     /// The node to describe.
-    path: String,
+    pub(crate) path: String,
 }
 
 pub async fn run_get(client: &Client, args: GetArgs, out: &Output) -> anyhow::Result<()> {

@@ -12,7 +12,7 @@ pub struct LsArgs {
     #[arg(short = 'l', long = "long")]
     long: bool,
     /// The node whose children to list.
-    path: String,
+    pub(crate) path: String,
 }
 
 pub async fn run(client: &Client, args: LsArgs, out: &Output) -> anyhow::Result<()> {

@@ -25,7 +25,7 @@ pub struct TreeArgs {
     #[arg(long)]
     depth: Option<u32>,
     /// The root of the subtree.
-    path: String,
+    pub(crate) path: String,
 }
 
 /// One node of the walked subtree.

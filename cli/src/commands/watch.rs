@@ -14,7 +14,7 @@ pub struct WatchArgs {
     #[arg(short = 'r', long)]
     recursive: bool,
     /// The path to watch (it need not exist).
-    path: String,
+    pub(crate) path: String,
 }
 
 pub async fn run(client: &Client, args: WatchArgs, out: &Output) -> anyhow::Result<()> {

@@ -30,7 +30,7 @@ pub struct CreateArgs {
     #[arg(long, value_parser = duration::parse, conflicts_with = "ephemeral")]
     ttl: Option<Duration>,
     /// The node to create.
-    path: String,
+    pub(crate) path: String,
     /// The data, or `-` to read it from stdin; empty when left out.
     data: Option<String>,
 }
@@ -41,7 +41,7 @@ pub struct SetArgs {
     #[arg(short = 'v', long)]
     version: Option<i32>,
     /// The node to change.
-    path: String,
+    pub(crate) path: String,
     /// The new data, or `-` to read it from stdin; empty when left out.
     data: Option<String>,
 }
@@ -55,13 +55,13 @@ pub struct DeleteArgs {
     #[arg(short = 'v', long)]
     version: Option<i32>,
     /// The node to delete.
-    path: String,
+    pub(crate) path: String,
 }
 
 #[derive(Debug, Args)]
 pub struct SyncArgs {
     /// The path to sync.
-    path: String,
+    pub(crate) path: String,
 }
 
 pub async fn run_create(client: &Client, args: CreateArgs, out: &Output) -> anyhow::Result<()> {

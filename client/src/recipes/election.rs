@@ -34,7 +34,7 @@ use crate::recipes::{
 use crate::{Client, ConnectionState, Error, OneshotWatch, SessionId};
 
 /// The part of a candidate's node name after the attempt prefix.
-const CANDIDATE_NAME: &str = "candidate-";
+pub(crate) const CANDIDATE_NAME: &str = "candidate-";
 
 /// Why a campaign (or a look at the leader) failed.
 ///

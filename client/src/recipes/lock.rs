@@ -31,7 +31,7 @@ use crate::recipes::{
 use crate::{Client, ConnectionState, Error};
 
 /// The part of a lock node's name after the attempt prefix.
-const LOCK_NAME: &str = "lock-";
+pub(crate) const LOCK_NAME: &str = "lock-";
 
 /// A fair lock on a path. Cheap to create; clone the client, not the lock.
 ///

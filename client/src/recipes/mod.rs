@@ -9,9 +9,12 @@
 //!   writer ahead of it.
 //! * [`Election`] — leader election (etcd's `Campaign`/`Resign`/`Leader`/
 //!   `Observe`): candidates queue, each watching only its predecessor.
+//! * [`inspect`] — reading any of those queues from outside: holders,
+//!   fencing tokens, waiters in order.
 
 mod election;
 mod fence;
+pub mod inspect;
 mod lock;
 mod rwlock;
 

@@ -36,9 +36,9 @@ use crate::recipes::{
 use crate::{Client, ConnectionState, Error};
 
 /// The part of a reader's node name after the attempt prefix.
-const READ_NAME: &str = "read-";
+pub(crate) const READ_NAME: &str = "read-";
 /// The part of a writer's node name after the attempt prefix.
-const WRITE_NAME: &str = "write-";
+pub(crate) const WRITE_NAME: &str = "write-";
 
 /// A fair read-write lock on a path. Cheap to create; clone the client, not
 /// the lock.
