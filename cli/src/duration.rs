@@ -1,4 +1,5 @@
-//! Parsing of durations given on the command line: `500ms`, `5s`, `2m`, `1h`.
+//! Durations on the command line (`500ms`, `5s`, `2m`, `1h`) and for people
+//! (`850ms`, `12.4s`, `3m05s`, `2h10m`, `4d03h`).
 
 use std::time::Duration;
 
@@ -26,6 +27,21 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(total_ms))
 }
 
+/// `ms` milliseconds, short and with two significant units at most.
+pub fn human(ms: u64) -> String {
+    const SECOND: u64 = 1_000;
+    const MINUTE: u64 = 60 * SECOND;
+    const HOUR: u64 = 60 * MINUTE;
+    const DAY: u64 = 24 * HOUR;
+    match ms {
+        0..SECOND => format!("{ms}ms"),
+        SECOND..MINUTE => format!("{}.{}s", ms / SECOND, ms % SECOND / 100),
+        MINUTE..HOUR => format!("{}m{:02}s", ms / MINUTE, ms % MINUTE / SECOND),
+        HOUR..DAY => format!("{}h{:02}m", ms / HOUR, ms % HOUR / MINUTE),
+        _ => format!("{}d{:02}h", ms / DAY, ms % DAY / HOUR),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +58,18 @@ mod tests {
         assert!(parse("5x").is_err());
         assert!(parse("1.5s").is_err());
         assert!(parse("99999999999999999999h").is_err());
+    }
+
+    // Proves durations for people pick the right units at each boundary.
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(0), "0ms");
+        assert_eq!(human(999), "999ms");
+        assert_eq!(human(1_000), "1.0s");
+        assert_eq!(human(12_470), "12.4s");
+        assert_eq!(human(185_000), "3m05s");
+        assert_eq!(human(3_600_000), "1h00m");
+        assert_eq!(human(7_860_000), "2h11m");
+        assert_eq!(human(356_400_000), "4d03h");
     }
 }

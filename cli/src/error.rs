@@ -163,7 +163,7 @@ pub fn exit_with(out: &Output, err: &anyhow::Error) -> ! {
         // Nothing more can be done if stdout is gone; the exit code still tells.
         out.print_json_line(&document).ok();
     } else {
-        eprintln!("arbor: {}", failure.message);
+        eprintln!("{}", out.error_line(&failure.message));
     }
     std::process::exit(failure.exit_code)
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::output::Output;
+use crate::output::{ColorChoice, Output};
 
 /// Where `arbor` connects when neither `--server` nor `ARBOR_SERVER` is given.
 const DEFAULT_SERVER: &str = "127.0.0.1:7181";
@@ -50,6 +50,10 @@ struct Global {
     /// Print one JSON document per command (one per line for `watch`).
     #[arg(long, global = true)]
     json: bool,
+    /// Colour human output: `auto` when stdout is a terminal and `NO_COLOR`
+    /// is unset.
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    color: ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,7 +82,7 @@ impl Global {
 
 fn main() {
     let cli = Cli::parse();
-    let out = Output::new(cli.global.json);
+    let out = Output::new(cli.global.json, cli.global.color);
     // One worker: the client's connection task keeps the session alive
     // while `arbor shell` blocks its own thread in the line editor.
     let runtime = match tokio::runtime::Builder::new_multi_thread()

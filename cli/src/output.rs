@@ -1,25 +1,111 @@
 //! Rendering: one JSON document per command with `--json`, plain aligned
 //! text otherwise. JSON keys are stable; times are milliseconds since the
 //! Unix epoch in JSON and UTC date-times for people.
+//!
+//! Colour is for people at a terminal only: `--color auto` (the default)
+//! paints when stdout is a terminal and `NO_COLOR` is unset or empty, never
+//! in JSON. Painting happens after columns are measured, so escapes never
+//! break alignment.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use arbor_client::Stat;
+use clap::ValueEnum;
 use serde_json::{json, Value};
+
+/// When to colour human output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// When stdout is a terminal and `NO_COLOR` is unset or empty.
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether to paint text written to a stream that `is_terminal` or not.
+    pub fn enabled(self, is_terminal: bool) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                is_terminal && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
+            }
+        }
+    }
+}
+
+/// What a piece of text is, which decides its colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paint {
+    /// Column headings and field names.
+    Heading,
+    /// A node that has children (as a directory in `ls`).
+    Branch,
+    /// An ephemeral node.
+    Ephemeral,
+    /// A lock holder or election leader.
+    Holder,
+    /// A lock waiter.
+    Waiter,
+    /// Errors on stderr.
+    Error,
+}
+
+impl Paint {
+    /// The SGR parameters of the paint.
+    fn sgr(self) -> &'static str {
+        match self {
+            Paint::Heading => "2",
+            Paint::Branch => "1;34",
+            Paint::Ephemeral => "36",
+            Paint::Holder => "1;32",
+            Paint::Waiter => "33",
+            Paint::Error => "1;31",
+        }
+    }
+}
 
 /// Where and how a command prints its result.
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
     json: bool,
+    /// Whether stdout is painted.
+    colour: bool,
+    /// Whether error lines on stderr are painted.
+    colour_stderr: bool,
 }
 
 impl Output {
-    pub fn new(json: bool) -> Output {
-        Output { json }
+    /// Output as `--json` and `--color` ask, for the real stdout.
+    pub fn new(json: bool, colour: ColorChoice) -> Output {
+        Output {
+            json,
+            colour: !json && colour.enabled(std::io::stdout().is_terminal()),
+            colour_stderr: colour.enabled(std::io::stderr().is_terminal()),
+        }
+    }
+
+    /// The line that reports a failure on stderr: `arbor: <message>`.
+    pub fn error_line(&self, message: &str) -> String {
+        if self.colour_stderr {
+            format!("\x1b[{}marbor:\x1b[0m {message}", Paint::Error.sgr())
+        } else {
+            format!("arbor: {message}")
+        }
     }
 
     pub fn is_json(&self) -> bool {
         self.json
+    }
+
+    /// `text` in the colour of `paint`, or unchanged without colour.
+    pub fn paint(&self, text: &str, paint: Paint) -> String {
+        if self.colour && !text.is_empty() {
+            format!("\x1b[{}m{text}\x1b[0m", paint.sgr())
+        } else {
+            text.to_owned()
+        }
     }
 
     /// Prints `document` with `--json`, else `human` (and a newline unless
@@ -66,7 +152,7 @@ pub fn stat_json(stat: &Stat) -> Value {
 }
 
 /// A stat for people: one aligned `name  value` line per field, ids in hex.
-pub fn stat_human(stat: &Stat) -> String {
+pub fn stat_human(stat: &Stat, out: &Output) -> String {
     let rows = [
         ("czxid", hex_id(stat.czxid)),
         ("mzxid", hex_id(stat.mzxid)),
@@ -82,7 +168,7 @@ pub fn stat_human(stat: &Stat) -> String {
     ];
     let rows: Vec<Vec<String>> = rows
         .into_iter()
-        .map(|(name, value)| vec![name.to_owned(), value])
+        .map(|(name, value)| vec![out.paint(name, Paint::Heading), value])
         .collect();
     table(&rows)
 }
@@ -93,14 +179,14 @@ pub fn hex_id(id: u64) -> String {
 }
 
 /// Rows as left-aligned columns separated by two spaces, without trailing
-/// blanks.
+/// blanks. Cells may be painted: widths count only visible characters.
 pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|column| {
             rows.iter()
                 .filter_map(|row| row.get(column))
-                .map(|cell| cell.chars().count())
+                .map(|cell| visible_width(cell))
                 .max()
                 .unwrap_or(0)
         })
@@ -113,13 +199,33 @@ pub fn table(rows: &[Vec<String>]) -> String {
                 line.push_str("  ");
             }
             line.push_str(cell);
-            let pad = widths[column].saturating_sub(cell.chars().count());
+            let pad = widths[column].saturating_sub(visible_width(cell));
             line.extend(std::iter::repeat_n(' ', pad));
         }
         text.push_str(line.trim_end());
         text.push('\n');
     }
     text
+}
+
+/// The characters of `text` a terminal shows: SGR escapes (`ESC [ ... m`)
+/// take no room.
+fn visible_width(text: &str) -> usize {
+    let mut width = 0;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // Skip to the end of the escape sequence.
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            width += 1;
+        }
+    }
+    width
 }
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
@@ -179,5 +285,26 @@ mod tests {
             vec!["long".to_owned(), "22".to_owned(), String::new()],
         ];
         assert_eq!(table(&rows), "a     1   x\nlong  22\n");
+    }
+
+    // Proves painted cells are padded by their visible width, so colour keeps columns aligned.
+    #[test]
+    fn painted_table_aligns() {
+        let out = Output {
+            json: false,
+            colour: true,
+            colour_stderr: false,
+        };
+        let rows = vec![
+            vec![out.paint("a", Paint::Branch), "1".to_owned()],
+            vec!["long".to_owned(), "2".to_owned()],
+        ];
+        assert_eq!(table(&rows), "\x1b[1;34ma\x1b[0m     1\nlong  2\n");
+        let plain = Output {
+            json: false,
+            colour: false,
+            colour_stderr: false,
+        };
+        assert_eq!(plain.paint("a", Paint::Branch), "a");
     }
 }

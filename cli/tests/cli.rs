@@ -261,3 +261,199 @@ fn watch_prints_creation_event() {
     assert!(first.starts_with("NodeCreated /w/n"), "{first}");
     assert!(first.contains(" zxid=0x"), "{first}");
 }
+
+/// Runs `arbor` until `done` holds for its result, up to 10 s.
+fn arbor_until(server: &TestServer, args: &[&str], done: impl Fn(&Output) -> bool) -> Output {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let output = arbor(server, args);
+        if done(&output) || std::time::Instant::now() > deadline {
+            return output;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// Proves -e lives only as long as the command's session, -s appends a sequence, --container and --ttl nodes are reaped by the server.
+#[test]
+fn node_kinds_from_the_command_line() {
+    let server = TestServer::start();
+    assert_eq!(
+        arbor_json(&server, &["create", "-e", "/eph"])["path"],
+        "/eph"
+    );
+    // The command closed its session on exit, which deleted the ephemeral.
+    assert_eq!(arbor(&server, &["stat", "/eph"]).status.code(), Some(4));
+
+    arbor_json(&server, &["create", "/jobs"]);
+    let first = arbor_json(&server, &["create", "-s", "/jobs/job-"]);
+    let second = arbor_json(&server, &["create", "-s", "/jobs/job-"]);
+    assert_eq!(first["path"], "/jobs/job-0000000000");
+    assert_eq!(second["path"], "/jobs/job-0000000001");
+
+    arbor_json(&server, &["create", "--container", "/box"]);
+    arbor_json(&server, &["create", "/box/item"]);
+    arbor_json(&server, &["delete", "/box/item"]);
+    let gone = arbor_until(&server, &["stat", "/box"], |o| o.status.code() == Some(4));
+    assert_eq!(
+        gone.status.code(),
+        Some(4),
+        "the empty container was reaped"
+    );
+
+    arbor_json(&server, &["create", "--ttl", "300ms", "/short"]);
+    arbor_json(&server, &["create", "--ttl", "1h", "/long"]);
+    let gone = arbor_until(&server, &["stat", "/short"], |o| o.status.code() == Some(4));
+    assert_eq!(gone.status.code(), Some(4), "the TTL node expired");
+    assert_ok(&arbor(&server, &["stat", "/long"]));
+
+    // A container cannot be ephemeral: a usage error, nothing created.
+    let refused = arbor(&server, &["create", "--container", "-e", "/both"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(arbor(&server, &["stat", "/both"]).status.code(), Some(4));
+}
+
+// Proves `sync` succeeds on a path and prints its JSON document.
+#[test]
+fn sync_a_path() {
+    let server = TestServer::start();
+    arbor_json(&server, &["create", "/s", "x"]);
+    assert_eq!(
+        arbor_json(&server, &["sync", "/s"]),
+        serde_json::json!({"path": "/s"})
+    );
+    assert_eq!(stdout(&arbor(&server, &["sync", "/"])), "");
+}
+
+// Proves colour is off when stdout is not a terminal or NO_COLOR is set, and `--color always` paints.
+#[test]
+fn colour_only_when_asked_or_on_a_terminal() {
+    let server = TestServer::start();
+    arbor_json(&server, &["create", "/dir"]);
+    arbor_json(&server, &["create", "/dir/leaf"]);
+    let plain = stdout(&arbor(&server, &["ls", "/"]));
+    assert_eq!(plain, "dir\n");
+    let painted = stdout(&arbor(&server, &["--color", "always", "ls", "/"]));
+    assert_eq!(painted, "\u{1b}[1;34mdir\u{1b}[0m\n");
+    let json = arbor(&server, &["--color", "always", "--json", "ls", "/"]);
+    assert!(!stdout(&json).contains('\u{1b}'), "JSON is never painted");
+
+    // On a terminal (util-linux `script` gives the command a pty), `auto`
+    // paints unless NO_COLOR is set.
+    let on_terminal = |no_color: Option<&str>| {
+        let command = format!(
+            "{} --server {} ls /",
+            env!("CARGO_BIN_EXE_arbor"),
+            server.addr()
+        );
+        let mut script = Command::new("script");
+        script.args(["-qec", &command, "/dev/null"]);
+        script.env_remove("NO_COLOR");
+        if let Some(value) = no_color {
+            script.env("NO_COLOR", value);
+        }
+        let output = script.output().expect("util-linux `script` runs");
+        assert_ok(&output);
+        stdout(&output)
+    };
+    assert_eq!(on_terminal(None), "\u{1b}[1;34mdir\u{1b}[0m\r\n");
+    assert_eq!(on_terminal(Some("1")), "dir\r\n");
+    assert_eq!(on_terminal(Some("")), "\u{1b}[1;34mdir\u{1b}[0m\r\n");
+}
+
+// Proves `locks` shows the holder's session and fencing token and the waiters in FIFO order, as built by the client's Mutex.
+#[test]
+fn locks_shows_holder_token_and_fifo_waiters() {
+    use arbor_client::recipes::Mutex;
+
+    let server = TestServer::start();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let (holder, guard) = runtime.block_on(async {
+        let holder = arbor_tests::client(&server).await;
+        let guard = Mutex::new(&holder, "/app/locks/job-7")
+            .lock()
+            .await
+            .expect("uncontended lock");
+        (holder, guard)
+    });
+    // Queue three waiters one at a time, so their order is known.
+    let mut waiters = Vec::new();
+    for queued in 1..=3 {
+        let client = runtime.block_on(arbor_tests::client(&server));
+        let session = client.session_id();
+        let waiting = runtime.spawn({
+            let client = client.clone();
+            async move { Mutex::new(&client, "/app/locks/job-7").lock().await }
+        });
+        runtime.block_on(arbor_tests::wait_for_children(
+            &holder,
+            "/app/locks/job-7",
+            1 + queued,
+        ));
+        waiters.push((client, session, waiting));
+    }
+    arbor_json(&server, &["create", "/app/config", "not a lock"]);
+
+    let shown = arbor_json(&server, &["locks", "/app"]);
+    assert_eq!(shown["path"], "/app");
+    let queues = shown["queues"].as_array().expect("queues");
+    assert_eq!(queues.len(), 1, "{shown}");
+    let queue = &queues[0];
+    assert_eq!(queue["path"], "/app/locks/job-7");
+    assert_eq!(queue["kind"], "lock");
+    let holders = queue["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0]["session_id"], holder.session_id());
+    assert_eq!(holders[0]["fencing_token"], guard.fencing_token());
+    let waiting: Vec<u64> = queue["waiters"]
+        .as_array()
+        .expect("waiters")
+        .iter()
+        .map(|w| w["session_id"].as_u64().expect("a session id"))
+        .collect();
+    let expected: Vec<u64> = waiters.iter().map(|(_, session, _)| *session).collect();
+    assert_eq!(waiting, expected, "waiters in the order they queued");
+    let tokens: Vec<u64> = queue["waiters"]
+        .as_array()
+        .expect("waiters")
+        .iter()
+        .map(|w| w["fencing_token"].as_u64().expect("a token"))
+        .collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+
+    // For people: the holder first, then waiters numbered 1, 2, 3.
+    let human = stdout(&arbor(&server, &["locks", "/"]));
+    let lines: Vec<&str> = human.lines().collect();
+    assert!(
+        lines[0].starts_with("/app/locks/job-7  lock, 1 held, 3 waiting"),
+        "{human}"
+    );
+    assert!(
+        lines[2].contains("holds") && lines[2].contains(&format!("{:#x}", holder.session_id()))
+    );
+    for (row, (_, session, _)) in lines[3..6].iter().zip(&waiters) {
+        assert!(
+            row.contains("waits") && row.contains(&format!("{session:#x}")),
+            "{human}"
+        );
+    }
+
+    // Releasing hands the lock to the first waiter, and `locks` follows.
+    runtime.block_on(guard.release()).expect("release");
+    let (_, first_session, first) = waiters.remove(0);
+    let first_guard = runtime
+        .block_on(first)
+        .expect("task")
+        .expect("the first waiter gets the lock");
+    let shown = arbor_json(&server, &["locks", "/app/locks/job-7"]);
+    let queue = &shown["queues"][0];
+    assert_eq!(queue["holders"][0]["session_id"], first_session);
+    assert_eq!(
+        queue["holders"][0]["fencing_token"],
+        first_guard.fencing_token()
+    );
+    assert_eq!(queue["waiters"].as_array().expect("waiters").len(), 2);
+
+    let empty = stdout(&arbor(&server, &["locks", "/app/config"]));
+    assert_eq!(empty, "no lock queues under /app/config\n");
+}

@@ -52,6 +52,6 @@ pub async fn run_stat(client: &Client, args: StatArgs, out: &Output) -> anyhow::
             path: args.path.clone(),
         })?;
     let document = json!({"path": args.path, "stat": output::stat_json(&stat)});
-    out.print(&document, &output::stat_human(&stat))?;
+    out.print(&document, &output::stat_human(&stat, out))?;
     Ok(())
 }

@@ -1,10 +1,10 @@
 //! `ls [-l] PATH`: a node's children, by name or with their stats.
 
-use arbor_client::Client;
+use arbor_client::{ChildEntry, Client};
 use clap::Args;
 use serde_json::{json, Value};
 
-use crate::output::{self, Output};
+use crate::output::{self, Output, Paint};
 
 #[derive(Debug, Args)]
 pub struct LsArgs {
@@ -21,7 +21,10 @@ pub async fn run(client: &Client, args: LsArgs, out: &Output) -> anyhow::Result<
     if !args.long {
         let names: Vec<&str> = children.iter().map(|child| child.name.as_str()).collect();
         let document = json!({"path": args.path, "children": names});
-        let human: String = names.iter().map(|name| format!("{name}\n")).collect();
+        let human: String = children
+            .iter()
+            .map(|child| format!("{}\n", painted_name(child, out)))
+            .collect();
         out.print(&document, &human)?;
         return Ok(());
     }
@@ -31,11 +34,11 @@ pub async fn run(client: &Client, args: LsArgs, out: &Output) -> anyhow::Result<
         .collect();
     let document = json!({"path": args.path, "children": entries});
     let mut rows = vec![["NAME", "VERSION", "DATA_LENGTH", "NUM_CHILDREN", "MTIME"]
-        .map(str::to_owned)
+        .map(|heading| out.paint(heading, Paint::Heading))
         .to_vec()];
     rows.extend(children.iter().map(|child| {
         vec![
-            child.name.clone(),
+            painted_name(child, out),
             child.stat.version.to_string(),
             child.stat.data_length.to_string(),
             child.stat.num_children.to_string(),
@@ -49,4 +52,15 @@ pub async fn run(client: &Client, args: LsArgs, out: &Output) -> anyhow::Result<
     };
     out.print(&document, &human)?;
     Ok(())
+}
+
+/// A child's name, painted as a branch if it has children, or as ephemeral.
+fn painted_name(child: &ChildEntry, out: &Output) -> String {
+    if child.stat.num_children > 0 {
+        out.paint(&child.name, Paint::Branch)
+    } else if child.stat.ephemeral_owner != 0 {
+        out.paint(&child.name, Paint::Ephemeral)
+    } else {
+        child.name.clone()
+    }
 }

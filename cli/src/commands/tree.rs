@@ -14,7 +14,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::child_path;
-use crate::output::Output;
+use crate::output::{Output, Paint};
 
 /// The most nodes one `tree` prints.
 pub const TREE_NODES_MAX: usize = 100_000;
@@ -54,8 +54,8 @@ pub async fn run(client: &Client, args: TreeArgs, out: &Output) -> anyhow::Resul
         &mut budget,
     )
     .await?;
-    let mut human = format!("{}\n", root.path);
-    render(&root, "", &mut human);
+    let mut human = format!("{}\n", out.paint(&root.path, Paint::Branch));
+    render(&root, "", out, &mut human);
     out.print(&to_json(&root), &human)?;
     Ok(())
 }
@@ -122,14 +122,19 @@ fn to_json(node: &TreeNode) -> Value {
 }
 
 /// Appends `node`'s children as an indented tree, each line after `prefix`.
-fn render(node: &TreeNode, prefix: &str, text: &mut String) {
+fn render(node: &TreeNode, prefix: &str, out: &Output, text: &mut String) {
     let count = node.children.len();
     for (index, child) in node.children.iter().enumerate() {
         let last = index + 1 == count;
         let branch = if last { "└── " } else { "├── " };
         let more = if child.truncated { "/…" } else { "" };
-        text.push_str(&format!("{prefix}{branch}{}{more}\n", child.name));
+        let name = if child.truncated || !child.children.is_empty() {
+            out.paint(&child.name, Paint::Branch)
+        } else {
+            child.name.clone()
+        };
+        text.push_str(&format!("{prefix}{branch}{name}{more}\n"));
         let deeper = format!("{prefix}{}", if last { "    " } else { "│   " });
-        render(child, &deeper, text);
+        render(child, &deeper, out, text);
     }
 }

@@ -284,13 +284,19 @@ mod tests {
         assert_eq!(waiters, [3, 4]);
         assert_eq!(queue.participants[0].session_id, 0x11);
 
-        let queue = queue_of("/m", &[child("lock-0000000009", 9), child("lock-0000000008", 8)])
-            .expect("participants");
+        let queue = queue_of(
+            "/m",
+            &[child("lock-0000000009", 9), child("lock-0000000008", 8)],
+        )
+        .expect("participants");
         let holders: Vec<u64> = queue.holders().map(|p| p.fencing_token).collect();
         assert_eq!(holders, [8]);
 
-        let queue = queue_of("/w", &[child("write-0000000001", 1), child("read-0000000002", 2)])
-            .expect("participants");
+        let queue = queue_of(
+            "/w",
+            &[child("write-0000000001", 1), child("read-0000000002", 2)],
+        )
+        .expect("participants");
         assert_eq!(queue.holders().count(), 1);
         assert!(queue_of("/empty", &[child("config", 1)]).is_none());
     }
