@@ -1,0 +1,658 @@
+//! The browser's state machine, free of the terminal and of the network.
+//!
+//! Two inputs drive it: keys ([`App::handle_key`]) and messages from the
+//! loader ([`App::apply`]: listings, data, watch events, results of writes,
+//! connection changes). Both return the [`Request`]s the loader should run;
+//! the app never waits for the server, so the screen stays responsive over a
+//! slow link, and tests can drive it with made-up messages or a real loader.
+//!
+//! Reloads coalesce: while a node's children are being loaded, further
+//! change events for it only mark it stale, and one more reload follows when
+//! the load in flight lands. A burst of changes therefore costs two loads, not
+//! one per change.
+
+use std::collections::HashSet;
+
+use arbor_client::{ChildEntry, ConnectionState, Error, EventType, Stat, WatchEvent};
+use crossterm::event::{KeyCode, KeyEvent};
+
+use super::input::{Edit, LineInput};
+use super::keys::{self, Action};
+use super::tree::{self, Row, RowKind, Tree, ROOT};
+use crate::data::{self, Encoding};
+
+/// Most bytes of a node's data held for the node panel (and for editing);
+/// bigger data is shown cut, and cannot be edited here.
+pub const DATA_KEPT_BYTES_MAX: usize = 64 * 1024;
+
+/// Most nodes expanded at once: each holds a persistent watch on the server.
+pub const EXPANDED_MAX: usize = 1000;
+
+/// Rows moved by PgUp/PgDn before the first draw told the real page size.
+const DEFAULT_PAGE_ROWS: usize = 20;
+
+/// Work for the loader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The node was expanded: watch it (persistent) and load its children.
+    Expand(String),
+    /// Load the node's children again (it changed, or `r`).
+    Reload(String),
+    /// These nodes are no longer expanded: remove their watches.
+    Unwatch(Vec<String>),
+    /// Show and follow this node's data (`None`: no node selected). Sent
+    /// again for the same node to reload it.
+    Select(Option<String>),
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: i32,
+    },
+    Delete {
+        path: String,
+        version: i32,
+    },
+}
+
+/// What the loader reports back.
+#[derive(Debug)]
+pub enum Message {
+    Children {
+        path: String,
+        result: Result<(Vec<ChildEntry>, Stat), Error>,
+    },
+    /// The selected node's data (cut at [`DATA_KEPT_BYTES_MAX`]) and stat.
+    Data {
+        path: String,
+        result: Result<(Vec<u8>, Stat), Error>,
+    },
+    /// A persistent watch of an expanded node fired.
+    Event(WatchEvent),
+    /// A persistent watch could not be set, or its stream ended.
+    WatchEnded {
+        path: String,
+        error: Error,
+    },
+    Saved {
+        path: String,
+        result: Result<Stat, Error>,
+    },
+    Deleted {
+        path: String,
+        result: Result<(), Error>,
+    },
+    Connection(ConnectionState),
+}
+
+/// The node panel.
+#[derive(Debug, Clone)]
+pub enum Detail {
+    /// Nothing selected (a "more" or "loading" row).
+    None,
+    Loading(String),
+    Loaded {
+        path: String,
+        /// At most [`DATA_KEPT_BYTES_MAX`] bytes.
+        data: Vec<u8>,
+        stat: Stat,
+    },
+    Failed {
+        path: String,
+        message: String,
+    },
+}
+
+/// Which dialog, if any, has the keys.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Browse,
+    Help,
+    Search(LineInput),
+    ConfirmDelete {
+        path: String,
+        version: i32,
+    },
+    Edit {
+        path: String,
+        version: i32,
+        input: LineInput,
+    },
+}
+
+/// The status line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub text: String,
+    pub error: bool,
+}
+
+/// Everything the browser shows.
+#[derive(Debug)]
+pub struct App {
+    server: String,
+    tree: Tree,
+    rows: Vec<Row>,
+    selected: usize,
+    /// First row shown: kept by the app so the list scrolls only when the
+    /// selection would leave the page.
+    offset: usize,
+    page_rows: usize,
+    /// The node the loader was last told to follow.
+    following: Option<String>,
+    detail: Detail,
+    mode: Mode,
+    status: Option<Status>,
+    connection: ConnectionState,
+    /// The last search.
+    query: String,
+    /// Expanded nodes that changed while their load was in flight.
+    stale: HashSet<String>,
+    quit: bool,
+}
+
+impl App {
+    /// A browser of `server` (shown in the title), knowing only the root.
+    pub fn new(server: impl Into<String>) -> App {
+        let tree = Tree::new();
+        let rows = tree.rows();
+        App {
+            server: server.into(),
+            tree,
+            rows,
+            selected: 0,
+            offset: 0,
+            page_rows: DEFAULT_PAGE_ROWS,
+            following: None,
+            detail: Detail::None,
+            mode: Mode::Browse,
+            status: None,
+            connection: ConnectionState::Connected,
+            query: String::new(),
+            stale: HashSet::new(),
+            quit: false,
+        }
+    }
+
+    /// The first requests: the root's children, and the root's data.
+    pub fn start(&mut self) -> Vec<Request> {
+        let mut out = Vec::new();
+        if self.tree.expand(ROOT) {
+            out.push(Request::Expand(ROOT.to_owned()));
+        }
+        self.refresh_rows(&mut out);
+        out
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    pub fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    pub fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    pub fn selected(&self) -> usize {
+        self.selected
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The selected node's path, if a node row is selected.
+    pub fn selected_path(&self) -> Option<&str> {
+        self.rows.get(self.selected).and_then(Row::path)
+    }
+
+    pub fn detail(&self) -> &Detail {
+        &self.detail
+    }
+
+    pub fn mode(&self) -> &Mode {
+        &self.mode
+    }
+
+    pub fn status(&self) -> Option<&Status> {
+        self.status.as_ref()
+    }
+
+    pub fn connection(&self) -> ConnectionState {
+        self.connection
+    }
+
+    pub fn should_quit(&self) -> bool {
+        self.quit
+    }
+
+    /// Tells the app how many tree rows fit on screen (for paging).
+    pub fn set_page_rows(&mut self, rows: usize) {
+        self.page_rows = rows.max(1);
+        self.scroll_to_selection();
+    }
+
+    /// One key press.
+    pub fn handle_key(&mut self, key: KeyEvent) -> Vec<Request> {
+        let mut out = Vec::new();
+        if keys::is_interrupt(key) {
+            self.quit = true;
+            return out;
+        }
+        // Take the mode out so its fields can move; every branch puts back
+        // the mode that follows.
+        match std::mem::replace(&mut self.mode, Mode::Browse) {
+            Mode::Browse => {
+                if let Some(action) = keys::action(key) {
+                    self.act(action, &mut out);
+                }
+            }
+            // Any key closes the help.
+            Mode::Help => {}
+            Mode::Search(mut input) => match input.handle(key) {
+                Edit::Changed => self.mode = Mode::Search(input),
+                Edit::Cancel => {}
+                Edit::Submit => {
+                    self.query = input.text();
+                    self.find_next(&mut out);
+                }
+            },
+            Mode::ConfirmDelete { path, version } => match key.code {
+                KeyCode::Char('y' | 'Y') => {
+                    self.set_status(format!("deleting {path}…"), false);
+                    out.push(Request::Delete { path, version });
+                }
+                KeyCode::Char('n' | 'N') | KeyCode::Esc | KeyCode::Char('q') => {
+                    self.set_status(format!("{path} not deleted"), false);
+                }
+                _ => self.mode = Mode::ConfirmDelete { path, version },
+            },
+            Mode::Edit {
+                path,
+                version,
+                mut input,
+            } => match input.handle(key) {
+                Edit::Changed => {
+                    self.mode = Mode::Edit {
+                        path,
+                        version,
+                        input,
+                    }
+                }
+                Edit::Cancel => self.set_status("edit cancelled".to_owned(), false),
+                Edit::Submit => {
+                    self.set_status(format!("saving {path}…"), false);
+                    out.push(Request::SetData {
+                        path,
+                        data: input.text().into_bytes(),
+                        version,
+                    });
+                }
+            },
+        }
+        out
+    }
+
+    fn act(&mut self, action: Action, out: &mut Vec<Request>) {
+        let last = self.rows.len().saturating_sub(1);
+        match action {
+            Action::Up => self.select(self.selected.saturating_sub(1), out),
+            Action::Down => self.select((self.selected + 1).min(last), out),
+            Action::PageUp => self.select(self.selected.saturating_sub(self.page_rows), out),
+            Action::PageDown => self.select((self.selected + self.page_rows).min(last), out),
+            Action::First => self.select(0, out),
+            Action::Last => self.select(last, out),
+            Action::Expand => self.expand(out),
+            Action::Collapse => self.collapse(out),
+            Action::Search => self.mode = Mode::Search(LineInput::new("")),
+            Action::NextMatch => {
+                if self.query.is_empty() {
+                    self.set_status("no search yet: press / first".to_owned(), false);
+                } else {
+                    self.find_next(out);
+                }
+            }
+            Action::Delete => self.ask_delete(),
+            Action::Edit => self.start_edit(),
+            Action::Refresh => {
+                self.refresh(out);
+                self.set_status("reloading…".to_owned(), false);
+            }
+            Action::Help => self.mode = Mode::Help,
+            Action::Dismiss => self.status = None,
+            Action::Quit => self.quit = true,
+        }
+    }
+
+    fn select(&mut self, row: usize, out: &mut Vec<Request>) {
+        self.selected = row.min(self.rows.len().saturating_sub(1));
+        self.scroll_to_selection();
+        self.follow_selection(out);
+    }
+
+    fn scroll_to_selection(&mut self) {
+        if self.selected < self.offset {
+            self.offset = self.selected;
+        } else if self.selected >= self.offset + self.page_rows {
+            self.offset = self.selected + 1 - self.page_rows;
+        }
+    }
+
+    /// Tells the loader to follow the selected node, if it changed.
+    fn follow_selection(&mut self, out: &mut Vec<Request>) {
+        let path = self.selected_path().map(str::to_owned);
+        if path == self.following {
+            return;
+        }
+        self.detail = match &path {
+            Some(path) => Detail::Loading(path.clone()),
+            None => Detail::None,
+        };
+        self.following = path.clone();
+        out.push(Request::Select(path));
+    }
+
+    fn expand(&mut self, out: &mut Vec<Request>) {
+        let Some(path) = self.selected_path().map(str::to_owned) else {
+            return;
+        };
+        let node_expanded = self.tree.get(&path).is_some_and(|node| node.expanded);
+        if node_expanded {
+            // Already open: step into it.
+            let has_child = self
+                .rows
+                .get(self.selected + 1)
+                .is_some_and(|row| row.depth > self.rows[self.selected].depth);
+            if has_child {
+                self.select(self.selected + 1, out);
+            }
+            return;
+        }
+        if self.tree.expanded().len() >= EXPANDED_MAX {
+            self.set_status(
+                format!("at most {EXPANDED_MAX} nodes can be open: collapse some first"),
+                true,
+            );
+            return;
+        }
+        // Expand even when the listing said "no children": that count may be
+        // stale (only expanded nodes are watched), and expanding refreshes it.
+        if self.tree.expand(&path) {
+            out.push(Request::Expand(path));
+            self.refresh_rows(out);
+        }
+    }
+
+    fn collapse(&mut self, out: &mut Vec<Request>) {
+        let Some(row) = self.rows.get(self.selected) else {
+            return;
+        };
+        let path = match &row.kind {
+            RowKind::Node(path) => path.clone(),
+            RowKind::More { parent, .. } | RowKind::Loading { parent } => {
+                let parent = parent.clone();
+                self.select_path(&parent, out);
+                return;
+            }
+        };
+        if self.tree.get(&path).is_some_and(|node| node.expanded) {
+            let unwatched = self.tree.collapse(&path);
+            for path in &unwatched {
+                self.stale.remove(path);
+            }
+            out.push(Request::Unwatch(unwatched));
+            self.refresh_rows(out);
+        } else if let Some(parent) = tree::parent_of(&path) {
+            let parent = parent.to_owned();
+            self.select_path(&parent, out);
+        }
+    }
+
+    fn select_path(&mut self, path: &str, out: &mut Vec<Request>) {
+        if let Some(row) = self.rows.iter().position(|row| row.path() == Some(path)) {
+            self.select(row, out);
+        }
+    }
+
+    /// Moves to the next loaded node (after the selection, wrapping) whose
+    /// name contains the query, ignoring case. Only loaded nodes are
+    /// searched: fetching the whole tree is what this browser never does.
+    fn find_next(&mut self, out: &mut Vec<Request>) {
+        let query = self.query.to_lowercase();
+        let count = self.rows.len();
+        let found = (1..=count)
+            .map(|step| (self.selected + step) % count.max(1))
+            .find(|&row| {
+                self.rows[row]
+                    .path()
+                    .is_some_and(|path| tree::name_of(path).to_lowercase().contains(&query))
+            });
+        match found {
+            Some(row) => {
+                self.select(row, out);
+                self.status = None;
+            }
+            None => self.set_status(
+                format!(
+                    "no loaded node matches {:?} (search covers expanded nodes only)",
+                    self.query
+                ),
+                true,
+            ),
+        }
+    }
+
+    /// The loaded detail of the selected node, if it is current.
+    fn selected_detail(&self) -> Option<(&str, &[u8], &Stat)> {
+        match &self.detail {
+            Detail::Loaded { path, data, stat } if Some(path.as_str()) == self.selected_path() => {
+                Some((path, data, stat))
+            }
+            _ => None,
+        }
+    }
+
+    fn ask_delete(&mut self) {
+        let Some((path, _, stat)) = self.selected_detail() else {
+            self.set_status("wait until the node is loaded".to_owned(), true);
+            return;
+        };
+        let (path, version, children) = (path.to_owned(), stat.version, stat.num_children);
+        if path == ROOT {
+            self.set_status("the root cannot be deleted".to_owned(), true);
+        } else if children > 0 {
+            self.set_status(
+                format!("cannot delete {path}: it has {children} children (delete them first)"),
+                true,
+            );
+        } else {
+            self.mode = Mode::ConfirmDelete { path, version };
+        }
+    }
+
+    fn start_edit(&mut self) {
+        let Some((path, data, stat)) = self.selected_detail() else {
+            self.set_status("wait until the node is loaded".to_owned(), true);
+            return;
+        };
+        let refusal = if data.len() < stat.data_length as usize {
+            Some("the data is too large to edit here")
+        } else if data::encoding_of(data) == Encoding::Hex {
+            Some("binary data cannot be edited here")
+        } else if data.contains(&b'\n') {
+            Some("multi-line data cannot be edited here")
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            self.set_status(format!("{refusal}: use `arbor set`"), true);
+            return;
+        }
+        let text = String::from_utf8_lossy(data).into_owned();
+        self.mode = Mode::Edit {
+            path: path.to_owned(),
+            version: stat.version,
+            input: LineInput::new(&text),
+        };
+    }
+
+    /// Reloads every expanded node and the selected node's data.
+    fn refresh(&mut self, out: &mut Vec<Request>) {
+        for path in self.tree.expanded() {
+            self.reload(&path, out);
+        }
+        if let Some(path) = self.following.clone() {
+            out.push(Request::Select(Some(path)));
+        }
+    }
+
+    /// Reloads `path`'s children, or marks it stale if a load is in flight.
+    fn reload(&mut self, path: &str, out: &mut Vec<Request>) {
+        if self.tree.start_reload(path) {
+            out.push(Request::Reload(path.to_owned()));
+        } else if self.tree.get(path).is_some_and(|node| node.expanded) {
+            self.stale.insert(path.to_owned());
+        }
+    }
+
+    /// A loader message.
+    pub fn apply(&mut self, message: Message) -> Vec<Request> {
+        let mut out = Vec::new();
+        match message {
+            Message::Children { path, result } => {
+                match result {
+                    Ok((entries, stat)) => {
+                        let unwatched = self.tree.set_children(&path, entries, stat);
+                        if !unwatched.is_empty() {
+                            out.push(Request::Unwatch(unwatched));
+                        }
+                    }
+                    // Gone: its parent's listing will drop it.
+                    Err(Error::NoNode { .. }) => self.tree.load_failed(&path),
+                    Err(error) => {
+                        self.tree.load_failed(&path);
+                        self.set_status(format!("cannot list {path}: {error}"), true);
+                    }
+                }
+                if self.stale.remove(&path) {
+                    self.reload(&path, &mut out);
+                }
+                self.refresh_rows(&mut out);
+            }
+            Message::Data { path, result } => {
+                if self.following.as_deref() == Some(path.as_str()) {
+                    self.detail = match result {
+                        Ok((data, stat)) => {
+                            self.tree.set_stat(&path, stat);
+                            Detail::Loaded { path, data, stat }
+                        }
+                        Err(Error::NoNode { .. }) => Detail::Failed {
+                            path,
+                            message: "deleted".to_owned(),
+                        },
+                        Err(error) => Detail::Failed {
+                            message: error.to_string(),
+                            path,
+                        },
+                    };
+                }
+            }
+            Message::Event(event) => {
+                // Data changes of the selected node arrive through the
+                // selection's own watch (see the loader).
+                if event.event_type != EventType::NodeDataChanged {
+                    self.reload(&event.path, &mut out);
+                }
+            }
+            Message::WatchEnded { path, error } => match error {
+                // Removed on purpose (collapsed), or the client is over (the
+                // connection state says so).
+                Error::WatchRemoved | Error::Closed | Error::SessionExpired => {}
+                error => {
+                    if self.tree.get(&path).is_some_and(|node| node.expanded) {
+                        self.set_status(format!("{path} is not live: {error}"), true);
+                    }
+                }
+            },
+            Message::Saved { path, result } => match result {
+                Ok(stat) => {
+                    self.set_status(format!("saved {path} (version {})", stat.version), false)
+                }
+                Err(Error::BadVersion { .. }) => {
+                    self.set_status(format!("{path} changed meanwhile, reloaded"), true);
+                    self.reselect(&path, &mut out);
+                }
+                Err(error) => self.set_status(format!("cannot save {path}: {error}"), true),
+            },
+            Message::Deleted { path, result } => match result {
+                Ok(()) => self.set_status(format!("deleted {path}"), false),
+                Err(Error::BadVersion { .. }) => {
+                    self.set_status(format!("{path} changed meanwhile, reloaded"), true);
+                    self.reselect(&path, &mut out);
+                }
+                Err(Error::NotEmpty { .. }) => self.set_status(
+                    format!("cannot delete {path}: it has children (delete them first)"),
+                    true,
+                ),
+                Err(error) => self.set_status(format!("cannot delete {path}: {error}"), true),
+            },
+            Message::Connection(state) => {
+                self.connection = state;
+                // Watches were set again by the client; reload anyway so
+                // nothing missed while away stays on screen.
+                if state == ConnectionState::Reconnected {
+                    self.refresh(&mut out);
+                }
+            }
+        }
+        out
+    }
+
+    /// Reloads the data of `path` if it is still the one followed.
+    fn reselect(&mut self, path: &str, out: &mut Vec<Request>) {
+        if self.following.as_deref() == Some(path) {
+            out.push(Request::Select(Some(path.to_owned())));
+        }
+    }
+
+    /// The loader could not take `request` (its queue is full, or it is
+    /// gone): undo what waiting for it assumed.
+    pub fn rejected(&mut self, request: Request) {
+        match request {
+            Request::Expand(path) | Request::Reload(path) => {
+                self.tree.load_failed(&path);
+                self.set_status(format!("too busy to load {path}: press r"), true);
+            }
+            Request::SetData { path, .. } => {
+                self.set_status(format!("too busy: {path} not saved"), true)
+            }
+            Request::Delete { path, .. } => {
+                self.set_status(format!("too busy: {path} not deleted"), true)
+            }
+            Request::Unwatch(_) | Request::Select(_) => {
+                self.set_status("too busy: press r".to_owned(), true)
+            }
+        }
+    }
+
+    /// Rebuilds the rows after the tree changed, keeping the selected node
+    /// selected (or, if it went away, the row now at its place).
+    fn refresh_rows(&mut self, out: &mut Vec<Request>) {
+        let selected = self.selected_path().map(str::to_owned);
+        self.rows = self.tree.rows();
+        let row = selected
+            .and_then(|path| {
+                self.rows
+                    .iter()
+                    .position(|row| row.path() == Some(path.as_str()))
+            })
+            .unwrap_or(self.selected);
+        self.select(row, out);
+    }
+
+    fn set_status(&mut self, text: String, error: bool) {
+        self.status = Some(Status { text, error });
+    }
+}
