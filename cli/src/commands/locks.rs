@@ -6,6 +6,8 @@
 //! ([`inspect`](arbor_client::recipes::inspect)), so this shows the client's
 //! recipes and Curator's alike. Ages are the local clock minus the node's
 //! creation time on the server: close enough on one machine or with NTP.
+//! Tokens are shown in hex for people, as `arbor stat` shows the czxid they
+//! are; JSON has them as numbers, as `Guard::fencing_token` returns them.
 
 use arbor_client::recipes::inspect::{self, Participant, Queue, Role};
 use arbor_client::Client;
@@ -102,7 +104,7 @@ fn queue_human(queue: &Queue, now_ms: u64, out: &Output) -> String {
             state,
             participant.role.name().to_owned(),
             output::hex_id(participant.session_id),
-            participant.fencing_token.to_string(),
+            output::hex_id(participant.fencing_token),
             duration::human(now_ms.saturating_sub(participant.created_ms)),
             participant.name.clone(),
         ]);

@@ -1,0 +1,190 @@
+//! End-to-end tests of `arbor shell` against a real `arbord`, with a script
+//! piped into its stdin (no terminal, so no prompt and no history file).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use arbor_tests::TestServer;
+
+/// Starts `arbor [flags] --server <server> shell` with piped stdio.
+fn spawn_shell(server: &TestServer, flags: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(flags)
+        .args(["--server", server.addr(), "shell"])
+        // Were a history file written, it would land here, not in $HOME.
+        .env("ARBOR_HISTORY", "/nonexistent/arbor-shell-test-history")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the arbor binary runs")
+}
+
+/// Runs the shell with `script` as its whole input.
+fn shell(server: &TestServer, flags: &[&str], script: &str) -> Output {
+    let mut child = spawn_shell(server, flags);
+    let mut input = child.stdin.take().expect("stdin is piped");
+    input
+        .write_all(script.as_bytes())
+        .expect("the shell reads its stdin");
+    drop(input);
+    child.wait_with_output().expect("the shell finishes")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("output is UTF-8")
+}
+
+fn send(stdin: &mut ChildStdin, line: &str) {
+    stdin
+        .write_all(format!("{line}\n").as_bytes())
+        .expect("the shell reads its stdin");
+    stdin.flush().expect("the line reaches the shell");
+}
+
+// Proves a piped script runs: cd/pwd, relative paths, quoting, errors that do not stop it, and exit.
+#[test]
+fn script_with_cd_relative_paths_and_errors() {
+    let server = TestServer::start();
+    let script = "\
+create /app hello
+create /app/x 'two  words'
+create /app/sub
+# a comment line is skipped
+create /app/sub/leaf 1
+cd /app
+pwd
+ls
+get x
+get nope
+cd sub
+pwd
+ls
+cd ..
+get ./sub/../x
+cd ../..
+pwd
+cd /missing
+pwd
+get 'unterminated
+bogus
+delete
+cd app
+create -s job-
+exit
+ls /
+";
+    let output = shell(&server, &[], script);
+    let stdout = text(&output.stdout);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    // The relative sequential create is the last output: `ls /` after `exit` never ran.
+    let (stdout, created) = stdout
+        .trim_end()
+        .rsplit_once('\n')
+        .expect("several lines of output");
+    assert!(created.starts_with("/app/job-"), "{created}");
+    assert_eq!(
+        format!("{stdout}\n"),
+        "/app\n/app/x\n/app/sub\n/app/sub/leaf\n\
+         /app\nsub\nx\ntwo  words\n\
+         /app/sub\nleaf\n\
+         two  words\n\
+         /\n/\n",
+        "stderr: {stderr}"
+    );
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("arbor: "))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "arbor: no node (/app/nope)",
+            "arbor: no node (/missing)",
+            "arbor: unterminated ' quote",
+        ],
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("unrecognized subcommand 'bogus'"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("<PATH>"),
+        "a bare delete needs its path: {stderr}"
+    );
+}
+
+// Proves with --json every answer, errors included, is one JSON document on stdout.
+#[test]
+fn json_mode_prints_documents() {
+    let server = TestServer::start();
+    let output = shell(&server, &["--json"], "create /a\ncd a\npwd\nget nope\nls\n");
+    assert!(output.status.success(), "{output:?}");
+    let documents: Vec<serde_json::Value> = text(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON document per line"))
+        .collect();
+    assert_eq!(documents.len(), 5, "{documents:?}");
+    assert_eq!(documents[0]["path"], "/a");
+    assert_eq!(documents[1]["path"], "/a");
+    assert_eq!(documents[2]["path"], "/a");
+    assert_eq!(documents[3]["error"]["code"], "NoNode");
+    assert_eq!(documents[4]["path"], "/a");
+    assert_eq!(documents[4]["children"], serde_json::json!([]));
+}
+
+// Proves Ctrl-C stops a running `watch` and the shell goes on with the next line.
+#[test]
+fn ctrl_c_ends_watch_not_the_shell() {
+    let server = TestServer::start();
+    let mut child = spawn_shell(&server, &[]);
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    send(&mut stdin, "create /w");
+    send(&mut stdin, "cd /w");
+    send(&mut stdin, "watch");
+    let next = |what: &str| {
+        received
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{what} within 10 s"))
+            .expect("stdout is UTF-8")
+    };
+    assert_eq!(next("the create"), "/w");
+    // The watch may not be set yet: change the node until it reports.
+    let mut event = None;
+    for attempt in 0..50 {
+        let set = Command::new(env!("CARGO_BIN_EXE_arbor"))
+            .args(["--server", server.addr(), "set", "/w", &attempt.to_string()])
+            .output()
+            .expect("arbor set runs");
+        assert!(set.status.success(), "{set:?}");
+        if let Ok(line) = received.recv_timeout(Duration::from_millis(200)) {
+            event = Some(line.expect("stdout is UTF-8"));
+            break;
+        }
+    }
+    let event = event.expect("a watch event");
+    assert!(event.starts_with("NodeDataChanged /w "), "{event}");
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    send(&mut stdin, "pwd");
+    assert_eq!(next("pwd after the watch"), "/w");
+    drop(stdin);
+    let status = child.wait().expect("the shell finishes");
+    assert!(status.success(), "{status:?}");
+}
