@@ -134,7 +134,9 @@ impl Output {
     }
 }
 
-/// A stat as a JSON object (times in milliseconds).
+/// A stat as a JSON object (times in milliseconds). Session ids are hex
+/// strings: they use all 64 bits, and JSON readers that hold numbers as
+/// doubles (jq, JavaScript) would round them past 2^53.
 pub fn stat_json(stat: &Stat) -> Value {
     json!({
         "czxid": stat.czxid,
@@ -145,7 +147,7 @@ pub fn stat_json(stat: &Stat) -> Value {
         "version": stat.version,
         "cversion": stat.cversion,
         "aversion": stat.aversion,
-        "ephemeral_owner": stat.ephemeral_owner,
+        "ephemeral_owner": hex_id(stat.ephemeral_owner),
         "data_length": stat.data_length,
         "num_children": stat.num_children,
     })

@@ -83,13 +83,13 @@ fn json_round_trip_of_every_basic_command() {
         "version",
         "cversion",
         "aversion",
-        "ephemeral_owner",
         "data_length",
         "num_children",
     ];
     for field in fields {
         assert!(stat["stat"][field].is_u64(), "{field} in {stat}");
     }
+    assert_eq!(stat["stat"]["ephemeral_owner"], "0x0");
     assert_eq!(stat["stat"]["num_children"], 2);
     assert_eq!(stat["stat"]["version"], 2);
 
@@ -403,15 +403,22 @@ fn locks_shows_holder_token_and_fifo_waiters() {
     assert_eq!(queue["kind"], "lock");
     let holders = queue["holders"].as_array().expect("holders");
     assert_eq!(holders.len(), 1);
-    assert_eq!(holders[0]["session_id"], holder.session_id());
+    // Hex strings: session ids use all 64 bits, beyond a double's precision.
+    assert_eq!(
+        holders[0]["session_id"],
+        format!("{:#x}", holder.session_id())
+    );
     assert_eq!(holders[0]["fencing_token"], guard.fencing_token());
-    let waiting: Vec<u64> = queue["waiters"]
+    let waiting: Vec<&str> = queue["waiters"]
         .as_array()
         .expect("waiters")
         .iter()
-        .map(|w| w["session_id"].as_u64().expect("a session id"))
+        .map(|w| w["session_id"].as_str().expect("a session id"))
         .collect();
-    let expected: Vec<u64> = waiters.iter().map(|(_, session, _)| *session).collect();
+    let expected: Vec<String> = waiters
+        .iter()
+        .map(|(_, session, _)| format!("{session:#x}"))
+        .collect();
     assert_eq!(waiting, expected, "waiters in the order they queued");
     let tokens: Vec<u64> = queue["waiters"]
         .as_array()
@@ -447,7 +454,10 @@ fn locks_shows_holder_token_and_fifo_waiters() {
         .expect("the first waiter gets the lock");
     let shown = arbor_json(&server, &["locks", "/app/locks/job-7"]);
     let queue = &shown["queues"][0];
-    assert_eq!(queue["holders"][0]["session_id"], first_session);
+    assert_eq!(
+        queue["holders"][0]["session_id"],
+        format!("{first_session:#x}")
+    );
     assert_eq!(
         queue["holders"][0]["fencing_token"],
         first_guard.fencing_token()

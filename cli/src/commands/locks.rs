@@ -63,7 +63,7 @@ fn queue_json(queue: &Queue, now_ms: u64) -> Value {
         json!({
             "node": p.name,
             "role": p.role.name(),
-            "session_id": p.session_id,
+            "session_id": output::hex_id(p.session_id),
             "fencing_token": p.fencing_token,
             "ctime": p.created_ms,
             "age_ms": now_ms.saturating_sub(p.created_ms),
