@@ -467,3 +467,88 @@ fn locks_shows_holder_token_and_fifo_waiters() {
     let empty = stdout(&arbor(&server, &["locks", "/app/config"]));
     assert_eq!(empty, "no lock queues under /app/config\n");
 }
+
+// Proves `version` reports the client version and the server's last zxid, and still succeeds when the server is down.
+#[test]
+fn version_with_and_without_a_server() {
+    let server = TestServer::start();
+    let created = arbor_json(&server, &["create", "/v"]);
+    assert_eq!(created["path"], "/v");
+    let czxid = arbor_json(&server, &["stat", "/v"])["stat"]["czxid"]
+        .as_u64()
+        .expect("a zxid");
+    let shown = arbor_json(&server, &["version"]);
+    assert_eq!(shown["client_version"], env!("CARGO_PKG_VERSION"));
+    assert!(shown["server_last_zxid"].as_u64().expect("a zxid") >= czxid);
+
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args([
+            "--server",
+            "127.0.0.1:1",
+            "--timeout",
+            "300ms",
+            "--json",
+            "version",
+        ])
+        .output()
+        .expect("arbor runs");
+    assert_ok(&output);
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert!(shown["server_last_zxid"].is_null(), "{shown}");
+}
+
+// Proves `browse` refuses to run without a terminal, and in a real terminal draws the tree and quits on `q`.
+#[test]
+fn browse_needs_a_terminal_and_quits_on_q() {
+    let server = TestServer::start();
+    arbor_json(&server, &["create", "/visible-node"]);
+    let piped = arbor(&server, &["browse"]);
+    assert_eq!(piped.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&piped.stderr).contains("needs a terminal"),
+        "{piped:?}"
+    );
+
+    // util-linux `script` runs it on a pty, sized so there is room to draw.
+    let command = format!(
+        "stty cols 100 rows 30; {} --server {} browse",
+        env!("CARGO_BIN_EXE_arbor"),
+        server.addr()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` runs");
+    let mut screen = child.stdout.take().expect("piped stdout");
+    let (drawn, seen) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while let Ok(read) = std::io::Read::read(&mut screen, &mut buffer) {
+            if read == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buffer[..read]);
+            let text = String::from_utf8_lossy(&bytes);
+            if text.contains("visible-node") && text.contains("connected") {
+                let _ = drawn.send(());
+            }
+        }
+    });
+    seen.recv_timeout(Duration::from_secs(10))
+        .expect("the tree is drawn with the root's children");
+    let mut keys = child.stdin.take().expect("piped stdin");
+    keys.write_all(b"q").expect("the pty takes keys");
+    keys.flush().expect("flushed");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waitable") {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "q did not quit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}
