@@ -33,7 +33,7 @@ pub fn execute(
                 watch(WatchKind::Data, path)?;
             }
             Ok(OpResult::Data {
-                data: n.data.clone(),
+                data: n.data.to_vec(),
                 stat: n.stat,
             })
         }),
@@ -48,7 +48,7 @@ pub fn execute(
                 watch(WatchKind::Child, path)?;
             }
             Ok(OpResult::Children {
-                names: n.children.iter().cloned().collect(),
+                names: n.children.names().map(str::to_owned).collect(),
                 stat: n.stat,
             })
         }),
@@ -59,11 +59,11 @@ pub fn execute(
             let children = n
                 .children
                 .iter()
-                .filter_map(|name| {
-                    let child = state.tree.node(&arbor_protocol::path::join(path, name))?;
+                .filter_map(|child| {
+                    let node = state.tree.node(child.path())?;
                     Some(ChildEntry {
-                        name: name.clone(),
-                        stat: child.stat,
+                        name: child.name().to_owned(),
+                        stat: node.stat,
                     })
                 })
                 .collect();

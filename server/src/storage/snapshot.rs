@@ -320,7 +320,7 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
                 sequence,
             } => {
                 let node = Node {
-                    data,
+                    data: data.into(),
                     stat,
                     kind,
                     children: Default::default(),

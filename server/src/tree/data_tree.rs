@@ -14,6 +14,7 @@ use arbor_protocol::{
     CreateMode, ErrorCode, MultiOp, MultiOpOutcome, OpResult, SessionId, Stat, Zxid, ANY_VERSION,
 };
 
+use super::children::{ChildName, Children};
 use super::node::{Node, NodeKind};
 use super::node_map::NodeMap;
 use crate::txn::Txn;
@@ -117,10 +118,10 @@ impl DataTree {
     /// A tree holding only the root `/`.
     pub fn new() -> Self {
         let root = Node {
-            data: Vec::new(),
+            data: Box::default(),
             stat: Stat::default(),
             kind: NodeKind::Persistent,
-            children: BTreeSet::new(),
+            children: Children::new(),
             sequence: 0,
         };
         let mut nodes = NodeMap::new();
@@ -175,7 +176,7 @@ impl DataTree {
         // Gather each parent's children, then build every set in one go:
         // collecting into a BTreeSet sorts once and bulk-builds, instead of
         // searching the set once per child.
-        let mut children: HashMap<Arc<str>, Vec<String>> = HashMap::new();
+        let mut children: HashMap<Arc<str>, Vec<ChildName>> = HashMap::new();
         // In input order: snapshots list nodes sorted by path, so each
         // parent's names arrive sorted and the sort below is a single pass.
         let mut indexes = Vec::new();
@@ -192,7 +193,7 @@ impl DataTree {
             children
                 .entry(parent.clone())
                 .or_default()
-                .push(path::name(path).to_owned());
+                .push(ChildName::new(path.clone()));
         }
         for (path, kind, owner) in indexes {
             tree.index(&path, kind, owner);
@@ -314,7 +315,7 @@ impl DataTree {
             MultiOp::Create { data, mode, .. } => {
                 let path = created.expect("check_op resolves the path of every create");
                 let owner = if mode.is_ephemeral() { session_id } else { 0 };
-                let stat = self.insert(&path, data.clone(), *mode, owner, zxid, time_ms, changes);
+                let stat = self.insert(&path, data, *mode, owner, zxid, time_ms, changes);
                 OpResult::Created { path, stat }
             }
             MultiOp::Delete { path, .. } => {
@@ -325,7 +326,7 @@ impl DataTree {
                 let node = self
                     .node_mut(path)
                     .expect("check_op verified the node exists");
-                node.data.clone_from(data);
+                node.data = data.as_slice().into();
                 node.stat.version = node.stat.version.wrapping_add(1);
                 node.stat.mzxid = zxid;
                 node.stat.mtime_ms = time_ms;
@@ -340,7 +341,7 @@ impl DataTree {
     fn insert(
         &mut self,
         path: &str,
-        data: Vec<u8>,
+        data: &[u8],
         mode: CreateMode,
         owner: SessionId,
         zxid: Zxid,
@@ -351,7 +352,8 @@ impl DataTree {
         let parent = self
             .node_mut(parent_path)
             .expect("check_op verified the parent exists");
-        parent.children.insert(path::name(path).to_owned());
+        let key: Arc<str> = Arc::from(path);
+        parent.children.insert(ChildName::new(key.clone()));
         parent.stat.num_children += 1;
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
         parent.stat.pzxid = zxid;
@@ -374,13 +376,13 @@ impl DataTree {
         let kind = NodeKind::of(mode);
         self.index(path, kind, owner);
         let node = Node {
-            data,
+            data: data.into(),
             stat,
             kind,
-            children: BTreeSet::new(),
+            children: Children::new(),
             sequence: 0,
         };
-        self.nodes.insert(Arc::from(path), Arc::new(node));
+        self.nodes.insert(key, Arc::new(node));
         changes.push(Change::Created(path.to_owned()));
         changes.push(Change::ChildrenChanged(parent_path.to_owned()));
         stat
@@ -750,7 +752,7 @@ mod tests {
         );
         assert!(changes.is_empty());
         assert!(tree.node("/b").is_none());
-        assert_eq!(tree.node("/a").expect("exists").data, b"x");
+        assert_eq!(tree.node("/a").expect("exists").data[..], b"x"[..]);
     }
 
     #[test]
@@ -861,7 +863,8 @@ mod tests {
             .expect("set");
         let frozen: HashMap<&str, &Node> = view.iter().collect();
         assert_eq!(
-            frozen["/a"].data, b"x",
+            frozen["/a"].data[..],
+            b"x"[..],
             "the view does not see later writes"
         );
         let rebuilt = DataTree::from_nodes(view.iter().map(|(p, n)| (p.to_owned(), n.clone())))

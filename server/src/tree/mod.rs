@@ -5,10 +5,12 @@
 //! reports what changed as [`Change`]s, from which the watch manager makes
 //! events. Nothing here knows about sessions beyond the ids it is given.
 
+mod children;
 mod data_tree;
 mod node;
 mod node_map;
 
+pub use children::{ChildName, Children};
 pub use data_tree::{Change, DataTree, TreeView, CHILDREN_PER_NODE_MAX};
 pub use node::{Node, NodeKind};
 pub use node_map::{NodeMap, NODE_SHARDS};

@@ -1,9 +1,9 @@
 //! One znode.
 
-use std::collections::BTreeSet;
-
 use arbor_protocol::{CreateMode, Stat};
 use bincode::{Decode, Encode};
+
+use super::Children;
 
 /// What kind of node this is; decides when the server deletes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
@@ -31,14 +31,14 @@ impl NodeKind {
     }
 }
 
-/// A znode: its data, its stat, and the names of its children (sorted, so
-/// listings and snapshots are deterministic).
+/// A znode: its data, its stat, and its children. Kept small: a million of
+/// them are a million of these (data is boxed to its exact length).
 #[derive(Debug, Clone)]
 pub struct Node {
-    pub data: Vec<u8>,
+    pub data: Box<[u8]>,
     pub stat: Stat,
     pub kind: NodeKind,
-    pub children: BTreeSet<String>,
+    pub children: Children,
     /// The next sequence number a sequential child of this node gets.
     pub sequence: u64,
 }

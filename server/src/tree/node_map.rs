@@ -106,7 +106,7 @@ mod tests {
 
     fn node(version: i32) -> Arc<Node> {
         let mut node = Node {
-            data: Vec::new(),
+            data: Box::default(),
             stat: Default::default(),
             kind: NodeKind::Persistent,
             children: Default::default(),
