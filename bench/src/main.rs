@@ -1,0 +1,127 @@
+//! `arbor-bench`: measures Arbor and Apache ZooKeeper with the same workloads.
+//!
+//! Every run prints exactly one JSON line on stdout (the result, for a script
+//! to collect) and its progress on stderr. On failure it prints one
+//! `arbor-bench: error: …` line on stderr and exits with status 1.
+//!
+//! Layout: `target/` puts both systems behind one `Session` type (plus the
+//! ZooKeeper lock recipe), `workload/` holds one module per subcommand,
+//! `stats.rs` the percentiles and the JSON line, `proxy.rs` the blackholing
+//! proxy of `expiry`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod proxy;
+mod stats;
+mod target;
+mod workload;
+
+use target::Kind;
+use workload::{expiry, fsync, handoff, load, lock, memory, recovery, Env};
+
+/// Time given to zookeeper-client's background tasks to send CloseSession
+/// for the sessions dropped at the end of a run, before the process exits.
+const ZOOKEEPER_CLOSE_LINGER: Duration = Duration::from_millis(300);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "arbor-bench",
+    version,
+    about = "Load generator measuring Arbor against Apache ZooKeeper; prints one JSON line per run"
+)]
+struct Cli {
+    /// The system to measure.
+    #[arg(long, global = true, value_enum, default_value = "arbor")]
+    target: Kind,
+    /// Server address [default: 127.0.0.1:7181 for arbor, 127.0.0.1:2181 for zookeeper].
+    #[arg(long, global = true)]
+    server: Option<String>,
+    /// Leave the workload's nodes in place instead of deleting them.
+    #[arg(long, global = true)]
+    keep: bool,
+    #[command(subcommand)]
+    workload: Workload,
+}
+
+#[derive(Subcommand, Debug)]
+enum Workload {
+    /// Create new nodes.
+    Create(load::LoadArgs),
+    /// Read nodes of a key space.
+    Get(load::LoadArgs),
+    /// Overwrite nodes of a key space.
+    Set(load::LoadArgs),
+    /// Delete nodes created beforehand.
+    Delete(load::LoadArgs),
+    /// 90 % get, 10 % set on a key space.
+    Mixed(load::LoadArgs),
+    /// Uncontended fair-lock acquire + release cycles.
+    Lock(lock::LockArgs),
+    /// Lock handoff latency and notifications per release with queued waiters.
+    Handoff(handoff::HandoffArgs),
+    /// Server RSS growth per znode (needs --server-pid).
+    Memory(memory::MemoryArgs),
+    /// Session expiry precision of a partitioned client.
+    Expiry(expiry::ExpiryArgs),
+    /// Restart time of a server holding N znodes.
+    Recovery(recovery::RecoveryArgs),
+    /// Latency of a small write + fdatasync in a directory (no server).
+    FsyncProbe(fsync::FsyncArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            // One line: the chain of contexts, joined.
+            eprintln!("arbor-bench: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<String> {
+    if let Workload::FsyncProbe(args) = &cli.workload {
+        return Ok(fsync::run(args)?.line());
+    }
+    let env = Env {
+        kind: cli.target,
+        server: cli
+            .server
+            .unwrap_or_else(|| cli.target.default_server().to_owned()),
+        keep: cli.keep,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async {
+        let report = match &cli.workload {
+            Workload::Create(args) => load::run(&env, load::Kind::Create, args).await?,
+            Workload::Get(args) => load::run(&env, load::Kind::Get, args).await?,
+            Workload::Set(args) => load::run(&env, load::Kind::Set, args).await?,
+            Workload::Delete(args) => load::run(&env, load::Kind::Delete, args).await?,
+            Workload::Mixed(args) => load::run(&env, load::Kind::Mixed, args).await?,
+            Workload::Lock(args) => lock::run(&env, args).await?,
+            Workload::Handoff(args) => handoff::run(&env, args).await?,
+            Workload::Memory(args) => memory::run(&env, args).await?,
+            Workload::Expiry(args) => expiry::run(&env, args).await?,
+            Workload::Recovery(args) => recovery::run(&env, args).await?,
+            Workload::FsyncProbe(args) => fsync::run(args)?,
+        };
+        if env.kind == Kind::Zookeeper {
+            tokio::time::sleep(ZOOKEEPER_CLOSE_LINGER).await;
+        }
+        Ok::<_, anyhow::Error>(report.line())
+    });
+    // Do not wait for background tasks (e.g. a blackholed client retrying).
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    result
+}

@@ -1,0 +1,151 @@
+//! Arbor through `arbor-client`, plus the herd lock used only by
+//! `handoff --herd` (the library `Mutex` is herd-free by design, so the herd
+//! variant is written here over plain client calls).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Result};
+use arbor_client::{multi, Client, ClientOptions, CreateMode, Error, EventType};
+
+use super::{ConnectOptions, NodeMode, WatchOutcome};
+
+/// Name of the herd lock's nodes (after the sequence-less part).
+const HERD_NODE_PREFIX: &str = "lock-";
+
+/// How many times a lock create is retried when its directory vanished
+/// (a container can be reaped between rounds).
+const DIR_RETRIES: usize = 5;
+
+pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Client> {
+    let client_options = ClientOptions::default()
+        .with_session_timeout(options.session_timeout)
+        .with_connect_timeout(options.connect_timeout)
+        .with_max_in_flight(options.max_in_flight);
+    Client::connect(addr, client_options)
+        .await
+        .map_err(|err| anyhow!("connecting to arbor at {addr}: {err}"))
+}
+
+fn mode(mode: NodeMode) -> CreateMode {
+    match mode {
+        NodeMode::Persistent => CreateMode::Persistent,
+        NodeMode::Ephemeral => CreateMode::Ephemeral,
+    }
+}
+
+pub async fn create(client: &Client, path: &str, data: &[u8], node: NodeMode) -> Result<String> {
+    Ok(client.create(path, data, mode(node)).await?)
+}
+
+pub async fn ensure(client: &Client, path: &str, data: &[u8]) -> Result<()> {
+    match client.create(path, data, CreateMode::Persistent).await {
+        Ok(_) | Err(Error::NodeExists { .. }) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+pub async fn create_batch(client: &Client, paths: &[String], data: &[u8]) -> Result<()> {
+    let ops = paths
+        .iter()
+        .map(|path| multi::create(path.as_str(), data, CreateMode::Persistent))
+        .collect();
+    client.multi(ops).await?;
+    Ok(())
+}
+
+pub async fn delete_batch(client: &Client, paths: &[String]) -> Result<()> {
+    let ops = paths
+        .iter()
+        .map(|path| multi::delete(path.as_str(), None))
+        .collect();
+    client.multi(ops).await?;
+    Ok(())
+}
+
+pub async fn get_if_exists(client: &Client, path: &str) -> Result<Option<Vec<u8>>> {
+    match client.get_data(path).await {
+        Ok((data, _)) => Ok(Some(data)),
+        Err(Error::NoNode { .. }) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+pub async fn delete_if_exists(client: &Client, path: &str) -> Result<()> {
+    match client.delete(path, None).await {
+        Ok(()) | Err(Error::NoNode { .. }) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+pub async fn watch_fired(watch: arbor_client::OneshotWatch) -> Result<WatchOutcome> {
+    match watch.await {
+        Ok(event) if event.event_type == EventType::NodeDeleted => Ok(WatchOutcome::Deleted),
+        Ok(_) => Ok(WatchOutcome::OtherNodeEvent),
+        Err(Error::SessionExpired | Error::Closed | Error::WatchRemoved) => {
+            Ok(WatchOutcome::SessionEvent)
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The herd-effect lock (the naive recipe ZooKeeper's docs warn about):
+/// create an ephemeral sequential node, then on every change of the
+/// directory's children re-read them all until ours is the lowest. Every
+/// release wakes every waiter. Returns the node to delete on release.
+pub async fn herd_lock(
+    client: &Client,
+    dir: &str,
+    ready: Option<&Arc<AtomicUsize>>,
+) -> Result<String> {
+    let node = create_in_dir(client, dir).await?;
+    let name = node
+        .rsplit('/')
+        .next()
+        .ok_or_else(|| anyhow!("created node {node} has no name"))?
+        .to_owned();
+    let mut signalled = false;
+    loop {
+        let (mut names, watch) = client.get_children_watch(dir).await?;
+        names.retain(|child| child.starts_with(HERD_NODE_PREFIX));
+        names.sort_by_key(|child| super::sequence(child));
+        match names.iter().position(|child| *child == name) {
+            // The watch stays set on the server and fires at the next change
+            // (our own release): Arbor counts that event, as it should.
+            Some(0) => return Ok(node),
+            Some(_) => {}
+            None => return Err(anyhow!("lock node {node} vanished: session lost")),
+        }
+        if !signalled {
+            signalled = true;
+            if let Some(ready) = ready {
+                ready.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if watch_fired(watch).await? == WatchOutcome::SessionEvent {
+            return Err(anyhow!("session ended while waiting for {dir}"));
+        }
+    }
+}
+
+/// Creates this waiter's node, creating the directory (as a container, as
+/// the library recipes do) when it is missing.
+async fn create_in_dir(client: &Client, dir: &str) -> Result<String> {
+    let prefix = format!("{dir}/{HERD_NODE_PREFIX}");
+    for _ in 0..DIR_RETRIES {
+        match client
+            .create(&prefix, Vec::new(), CreateMode::EphemeralSequential)
+            .await
+        {
+            Ok(node) => return Ok(node),
+            Err(Error::NoNode { .. }) => {
+                match client.create(dir, Vec::new(), CreateMode::Container).await {
+                    Ok(_) | Err(Error::NodeExists { .. }) => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(anyhow!("lock directory {dir} keeps vanishing"))
+}

@@ -1,0 +1,368 @@
+//! The two systems under test behind one small interface.
+//!
+//! A [`Session`] is one client session (one TCP connection) with either
+//! Arbor or ZooKeeper. Workloads only call the methods here, so the same
+//! workload code drives both targets; each method is a thin match onto
+//! `arbor.rs` or `zookeeper.rs`. An enum (rather than a trait object) keeps
+//! the hot loop free of boxed futures.
+//!
+//! Errors the workloads must tell apart (node exists, no node) are absorbed by
+//! dedicated methods (`ensure`, `delete_if_exists`, `get_if_exists`), so
+//! everything else can be a plain `anyhow::Error`.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+
+pub mod arbor;
+pub mod zk_lock;
+pub mod zookeeper;
+
+/// Which system a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    Arbor,
+    Zookeeper,
+}
+
+impl Kind {
+    /// The name printed in the JSON `target` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Arbor => "arbor",
+            Kind::Zookeeper => "zookeeper",
+        }
+    }
+
+    /// Where the target listens unless `--server` says otherwise.
+    pub fn default_server(self) -> &'static str {
+        match self {
+            Kind::Arbor => "127.0.0.1:7181",
+            Kind::Zookeeper => "127.0.0.1:2181",
+        }
+    }
+}
+
+/// How to open a session.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    pub session_timeout: Duration,
+    /// How long establishing the session may take before it is an error.
+    pub connect_timeout: Duration,
+    /// Requests one session may have in flight (Arbor's client bounds it;
+    /// ZooKeeper's client does not).
+    pub max_in_flight: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_in_flight: arbor_client::DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+}
+
+/// Session timeout of load sessions: long enough that a loaded machine never
+/// expires one, and within both servers' default clamp ranges.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long opening one session may take.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The kinds of node the workloads create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeMode {
+    Persistent,
+    Ephemeral,
+}
+
+/// What a one-shot watch reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchOutcome {
+    Deleted,
+    /// Any other node event (created, data or children changed).
+    OtherNodeEvent,
+    /// The session ended or the watch was dropped by the client.
+    SessionEvent,
+}
+
+/// One session with the target.
+#[derive(Clone)]
+pub enum Session {
+    Arbor(arbor_client::Client),
+    Zookeeper(zookeeper::ZkSession),
+}
+
+/// A one-shot watch set by [`Session::exists_watch`].
+pub enum Watch {
+    Arbor(arbor_client::OneshotWatch),
+    Zookeeper(zookeeper_client::OneshotWatcher),
+}
+
+impl Watch {
+    /// Waits for the watch to fire.
+    pub async fn fired(self) -> Result<WatchOutcome> {
+        match self {
+            Watch::Arbor(watch) => arbor::watch_fired(watch).await,
+            Watch::Zookeeper(watcher) => Ok(zookeeper::outcome(&watcher.changed().await)),
+        }
+    }
+}
+
+/// A granted lock, released by [`LockGuard::release`].
+pub enum LockGuard {
+    /// The real `arbor_client::recipes::Mutex`.
+    ArborMutex(arbor_client::recipes::Guard),
+    /// The herd variant (see `arbor::herd_lock`): the node to delete.
+    ArborHerd(arbor_client::Client, String),
+    Zookeeper(zk_lock::ZkGuard),
+}
+
+impl LockGuard {
+    pub async fn release(self) -> Result<()> {
+        match self {
+            LockGuard::ArborMutex(guard) => Ok(guard.release().await?),
+            LockGuard::ArborHerd(client, node) => Ok(client.delete(&node, None).await?),
+            LockGuard::Zookeeper(guard) => guard.release().await,
+        }
+    }
+}
+
+impl Session {
+    pub async fn connect(kind: Kind, addr: &str, options: &ConnectOptions) -> Result<Session> {
+        match kind {
+            Kind::Arbor => Ok(Session::Arbor(arbor::connect(addr, options).await?)),
+            Kind::Zookeeper => Ok(Session::Zookeeper(zookeeper::connect(addr, options).await?)),
+        }
+    }
+
+    /// Opens `count` sessions, a few at a time (1000 sessions one after the
+    /// other would take long; all at once would flood the accept queue).
+    pub async fn connect_many(
+        kind: Kind,
+        addr: &str,
+        options: &ConnectOptions,
+        count: usize,
+    ) -> Result<Vec<Session>> {
+        let mut sessions = Vec::with_capacity(count);
+        while sessions.len() < count {
+            let batch = (count - sessions.len()).min(CONNECTS_IN_PARALLEL);
+            let mut pending = Vec::with_capacity(batch);
+            for _ in 0..batch {
+                let (addr, options) = (addr.to_owned(), options.clone());
+                pending.push(tokio::spawn(async move {
+                    Session::connect(kind, &addr, &options).await
+                }));
+            }
+            for handle in pending {
+                sessions.push(handle.await??);
+            }
+        }
+        Ok(sessions)
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Session::Arbor(_) => Kind::Arbor,
+            Session::Zookeeper(_) => Kind::Zookeeper,
+        }
+    }
+
+    /// Creates a node; returns its path (with the sequence suffix if any).
+    pub async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<String> {
+        match self {
+            Session::Arbor(client) => arbor::create(client, path, data, mode).await,
+            Session::Zookeeper(zk) => zookeeper::create(zk, path, data, mode).await,
+        }
+    }
+
+    /// Creates a persistent node unless it exists already.
+    pub async fn ensure(&self, path: &str, data: &[u8]) -> Result<()> {
+        match self {
+            Session::Arbor(client) => arbor::ensure(client, path, data).await,
+            Session::Zookeeper(zk) => zookeeper::ensure(zk, path, data).await,
+        }
+    }
+
+    /// Creates all `paths` (persistent, same data) in one transaction.
+    pub async fn create_batch(&self, paths: &[String], data: &[u8]) -> Result<()> {
+        match self {
+            Session::Arbor(client) => arbor::create_batch(client, paths, data).await,
+            Session::Zookeeper(zk) => zookeeper::create_batch(zk, paths, data).await,
+        }
+    }
+
+    /// Deletes all `paths` in one transaction.
+    pub async fn delete_batch(&self, paths: &[String]) -> Result<()> {
+        match self {
+            Session::Arbor(client) => arbor::delete_batch(client, paths).await,
+            Session::Zookeeper(zk) => zookeeper::delete_batch(zk, paths).await,
+        }
+    }
+
+    /// Reads a node; returns the data length.
+    pub async fn get(&self, path: &str) -> Result<usize> {
+        match self {
+            Session::Arbor(client) => Ok(client.get_data(path).await?.0.len()),
+            Session::Zookeeper(zk) => Ok(zk.client.get_data(path).await?.0.len()),
+        }
+    }
+
+    /// A node's data, or `None` if it does not exist.
+    pub async fn get_if_exists(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        match self {
+            Session::Arbor(client) => arbor::get_if_exists(client, path).await,
+            Session::Zookeeper(zk) => zookeeper::get_if_exists(zk, path).await,
+        }
+    }
+
+    pub async fn set(&self, path: &str, data: &[u8]) -> Result<()> {
+        match self {
+            Session::Arbor(client) => {
+                client.set_data(path, data, None).await?;
+                Ok(())
+            }
+            Session::Zookeeper(zk) => {
+                zk.client.set_data(path, data, None).await?;
+                Ok(())
+            }
+        }
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<()> {
+        match self {
+            Session::Arbor(client) => Ok(client.delete(path, None).await?),
+            Session::Zookeeper(zk) => Ok(zk.client.delete(path, None).await?),
+        }
+    }
+
+    pub async fn delete_if_exists(&self, path: &str) -> Result<()> {
+        match self {
+            Session::Arbor(client) => arbor::delete_if_exists(client, path).await,
+            Session::Zookeeper(zk) => zookeeper::delete_if_exists(zk, path).await,
+        }
+    }
+
+    pub async fn children(&self, path: &str) -> Result<Vec<String>> {
+        match self {
+            Session::Arbor(client) => Ok(client.get_children(path).await?),
+            Session::Zookeeper(zk) => Ok(zk.client.list_children(path).await?),
+        }
+    }
+
+    /// Sets a one-shot exists watch; `None` (and no usable watch) if the node
+    /// does not exist.
+    pub async fn exists_watch(&self, path: &str) -> Result<Option<Watch>> {
+        match self {
+            Session::Arbor(client) => match client.exists_watch(path).await? {
+                (Some(_), watch) => Ok(Some(Watch::Arbor(watch))),
+                (None, _) => Ok(None),
+            },
+            Session::Zookeeper(zk) => match zk.client.check_and_watch_stat(path).await? {
+                (Some(_), watcher) => Ok(Some(Watch::Zookeeper(watcher))),
+                (None, _) => Ok(None),
+            },
+        }
+    }
+
+    /// A round trip. Both servers answer a session's requests in order and
+    /// send a watch event before the reply to any later request, so after
+    /// this returns every event triggered before the call has arrived.
+    pub async fn barrier(&self) -> Result<()> {
+        match self {
+            Session::Arbor(client) => {
+                client.ping().await?;
+                Ok(())
+            }
+            Session::Zookeeper(zk) => {
+                zk.client.check_stat("/").await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Watch events received so far. Arbor: the client's per-session count
+    /// of events from the server. ZooKeeper: node events counted by this
+    /// tool's lock recipe watchers on this session (the client library keeps
+    /// no count).
+    pub fn watch_events(&self) -> u64 {
+        match self {
+            Session::Arbor(client) => client.watch_events_received(),
+            Session::Zookeeper(zk) => zk.events(),
+        }
+    }
+
+    /// The session timeout the server granted.
+    pub fn negotiated_timeout(&self) -> Duration {
+        match self {
+            Session::Arbor(client) => client.session_timeout(),
+            Session::Zookeeper(zk) => zk.client.session_timeout(),
+        }
+    }
+
+    /// Acquires the fair lock on `dir`. Without `herd` each waiter watches
+    /// only its predecessor; with it every waiter watches the directory's
+    /// children. `ready` (if given) is incremented once, when the waiter
+    /// first starts waiting with its watch set — when the recipe can tell
+    /// (see [`Session::signals_ready`]).
+    pub async fn lock(
+        &self,
+        dir: &str,
+        herd: bool,
+        ready: Option<&Arc<AtomicUsize>>,
+    ) -> Result<LockGuard> {
+        match self {
+            Session::Arbor(client) if herd => {
+                let node = arbor::herd_lock(client, dir, ready).await?;
+                Ok(LockGuard::ArborHerd(client.clone(), node))
+            }
+            Session::Arbor(client) => {
+                let guard = arbor_client::recipes::Mutex::new(client, dir)
+                    .lock()
+                    .await?;
+                Ok(LockGuard::ArborMutex(guard))
+            }
+            Session::Zookeeper(zk) => Ok(LockGuard::Zookeeper(
+                zk_lock::acquire(zk, dir, herd, ready).await?,
+            )),
+        }
+    }
+
+    /// Whether [`Session::lock`] reports readiness: every recipe but Arbor's
+    /// library `Mutex`, whose internals are not observable.
+    pub fn signals_ready(&self, herd: bool) -> bool {
+        herd || self.kind() == Kind::Zookeeper
+    }
+
+    /// Closes the session (ephemeral nodes go at once).
+    pub async fn close(self) -> Result<()> {
+        match self {
+            Session::Arbor(client) => Ok(client.close().await?),
+            Session::Zookeeper(zk) => {
+                // zookeeper-client sends CloseSession when the last clone of
+                // the client is dropped; `main` lingers briefly before exit so
+                // the request gets out.
+                drop(zk);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Sessions opened concurrently by [`Session::connect_many`].
+pub const CONNECTS_IN_PARALLEL: usize = 32;
+
+/// The sequence number a sequential node's name ends with (`u64::MAX` when
+/// it has none, sorting such names last).
+pub fn sequence(name: &str) -> u64 {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    name[name.len() - digits..].parse().unwrap_or(u64::MAX)
+}
+
+/// The most requests one Arbor session may have in flight (the client's own
+/// limit).
+pub const MAX_IN_FLIGHT_PER_SESSION: usize = arbor_client::MAX_IN_FLIGHT_LIMIT;

@@ -1,0 +1,167 @@
+//! `memory`: server resident memory per znode.
+//!
+//! Reads the server's VmRSS from `/proc/<pid>/status`, creates `--count`
+//! nodes of `--size` bytes as fast as it can — `multi` transactions of
+//! `--batch` creates, `--concurrency` transactions in flight, on both targets
+//! — and reads VmRSS again. Latency fields are per transaction.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+
+use super::{close_all, fresh_root, Env};
+use crate::stats::{micros, Report, Summary};
+use crate::target::{ConnectOptions, Session};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct MemoryArgs {
+    /// PID of the server process whose RSS is read.
+    #[arg(long)]
+    pub server_pid: u32,
+    /// Nodes to create.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub count: u64,
+    /// Bytes of data per node.
+    #[arg(long, default_value_t = 32)]
+    pub size: usize,
+    /// Creates per multi transaction.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: u64,
+    /// Transactions in flight.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+}
+
+/// Sessions the transactions are spread over.
+const MEMORY_CONNS: usize = 4;
+
+pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
+    if args.count == 0 || args.batch == 0 || args.concurrency == 0 {
+        return Err(anyhow!(
+            "--count, --batch and --concurrency must be positive"
+        ));
+    }
+    let sessions = env
+        .connect_many(&ConnectOptions::default(), MEMORY_CONNS)
+        .await?;
+    let root = fresh_root("memory");
+    sessions[0].ensure(&root, &[]).await?;
+    let rss_before = rss_bytes(args.server_pid)?;
+    eprintln!(
+        "arbor-bench: memory: creating {} nodes under {root} (server RSS {rss_before} B)",
+        args.count
+    );
+    let batches = args.count.div_ceil(args.batch);
+    let spec = Arc::new(Batches {
+        root: root.clone(),
+        count: args.count,
+        batch: args.batch,
+        data: vec![b'm'; args.size],
+    });
+    let run = run_batches(&sessions, args.concurrency, batches, &spec, true).await?;
+    let rss_after = rss_bytes(args.server_pid)?;
+    if !env.keep {
+        eprintln!("arbor-bench: memory: deleting the nodes");
+        run_batches(&sessions, args.concurrency, batches, &spec, false).await?;
+        sessions[0].delete_if_exists(&root).await?;
+    }
+    close_all(sessions).await?;
+
+    let mut latencies = run.latencies;
+    let latency = Summary::of(&mut latencies);
+    let grown = rss_after.saturating_sub(rss_before);
+    let mut report = Report::new("memory", env.kind.name(), &env.server);
+    report
+        .field("count", args.count)
+        .field("size", args.size)
+        .field("batch", args.batch)
+        .field("concurrency", args.concurrency)
+        .field("server_pid", args.server_pid)
+        .throughput(args.count, run.elapsed, &latency)
+        .field("batches", batches)
+        .field("rss_before_bytes", rss_before)
+        .field("rss_after_bytes", rss_after)
+        .field(
+            "bytes_per_znode",
+            crate::stats::round3(grown as f64 / args.count as f64),
+        );
+    Ok(report)
+}
+
+/// The nodes `<root>/<index>` split into transactions.
+struct Batches {
+    root: String,
+    count: u64,
+    batch: u64,
+    data: Vec<u8>,
+}
+
+impl Batches {
+    fn paths(&self, batch: u64) -> Vec<String> {
+        let start = batch * self.batch;
+        let end = (start + self.batch).min(self.count);
+        (start..end).map(|i| format!("{}/{i}", self.root)).collect()
+    }
+}
+
+/// Runs every batch (creating, or deleting), `concurrency` at a time.
+async fn run_batches(
+    sessions: &[Session],
+    concurrency: usize,
+    batches: u64,
+    spec: &Arc<Batches>,
+    create: bool,
+) -> Result<super::Run> {
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::with_capacity(concurrency);
+    for task in 0..concurrency {
+        let session = sessions[task % sessions.len()].clone();
+        let (spec, next) = (spec.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let batch = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if batch >= batches {
+                    return Ok::<_, anyhow::Error>(latencies);
+                }
+                let paths = spec.paths(batch);
+                let issued = std::time::Instant::now();
+                if create {
+                    session.create_batch(&paths, &spec.data).await
+                } else {
+                    session.delete_batch(&paths).await
+                }
+                .with_context(|| format!("transaction {batch}"))?;
+                latencies.push(micros(issued.elapsed()));
+            }
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    Ok(super::Run {
+        ops: latencies.len() as u64,
+        elapsed: started.elapsed(),
+        latencies,
+    })
+}
+
+/// The resident set size of process `pid`, in bytes.
+pub fn rss_bytes(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .ok_or_else(|| anyhow!("no VmRSS line in {path}"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmRSS:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .with_context(|| format!("parsing {line:?}"))?;
+    Ok(kib * 1024)
+}

@@ -1,0 +1,315 @@
+//! Runs every workload of the real `arbor-bench` binary briefly against a
+//! real `arbord` and checks the one JSON line it prints.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use arbor_tests::{arbord_path, TempDir, TestServer};
+use serde_json::Value;
+
+/// Keys every workload's JSON line carries.
+const COMMON_KEYS: &[&str] = &[
+    "workload",
+    "target",
+    "server",
+    "ops",
+    "secs",
+    "ops_per_s",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+];
+
+/// Runs the binary; asserts success and exactly one JSON line on stdout.
+fn bench(args: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args(args)
+        .output()
+        .expect("arbor-bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?} failed: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?} printed {stdout:?}");
+    let report: Value = serde_json::from_str(lines[0]).expect("stdout is JSON");
+    for key in COMMON_KEYS {
+        assert!(report.get(key).is_some(), "{args:?}: no {key} in {report}");
+    }
+    let number = |key: &str| report[key].as_f64().unwrap_or(-1.0);
+    assert!(number("ops") > 0.0, "{report}");
+    assert!(number("p50_us") <= number("p99_us"), "{report}");
+    assert!(number("p99_us") <= number("p999_us"), "{report}");
+    assert!(number("p999_us") <= number("max_us"), "{report}");
+    report
+}
+
+fn has_keys(report: &Value, keys: &[&str]) {
+    for key in keys {
+        assert!(report.get(key).is_some(), "no {key} in {report}");
+    }
+}
+
+// Proves the five single-op workloads run, clean up and report their fields.
+#[test]
+fn load_workloads_report_one_json_line() {
+    let server = TestServer::start();
+    for workload in ["create", "get", "set", "delete", "mixed"] {
+        let report = bench(&[
+            "--server",
+            server.addr(),
+            workload,
+            "--count",
+            "300",
+            "--keys",
+            "50",
+            "--conns",
+            "2",
+            "--concurrency",
+            "8",
+        ]);
+        assert_eq!(report["workload"], workload);
+        assert_eq!(report["target"], "arbor");
+        assert_eq!(report["ops"], 300);
+        has_keys(&report, &["size", "concurrency", "conns", "count"]);
+    }
+}
+
+// Proves --secs alone bounds a run by time (no --count needed).
+#[test]
+fn secs_limits_a_run() {
+    let server = TestServer::start();
+    let started = Instant::now();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "get",
+        "--secs",
+        "0.5",
+        "--keys",
+        "10",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(report["secs"].as_f64().unwrap_or(0.0) < 2.0, "{report}");
+}
+
+// Proves lock reports acquire, release and cycle percentiles.
+#[test]
+fn lock_reports_acquire_release_and_cycle() {
+    let server = TestServer::start();
+    let report = bench(&["--server", server.addr(), "lock", "--count", "30"]);
+    has_keys(
+        &report,
+        &[
+            "acquire_p50_us",
+            "acquire_p99_us",
+            "release_p50_us",
+            "release_p99_us",
+            "cycle_p50_us",
+            "cycle_p99_us",
+        ],
+    );
+    assert_eq!(report["ops"], 30);
+    assert_eq!(report["p50_us"], report["cycle_p50_us"]);
+}
+
+// Proves each release of the fair lock notifies exactly one waiter.
+#[test]
+fn handoff_notifies_one_waiter_per_release() {
+    let server = TestServer::start();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "handoff",
+        "--waiters",
+        "5",
+        "--rounds",
+        "2",
+    ]);
+    has_keys(
+        &report,
+        &["handoff_p50_us", "handoff_p99_us", "waiters", "rounds"],
+    );
+    assert_eq!(report["ops"], 10);
+    assert_eq!(report["notifications_per_release"], 1.0, "{report}");
+}
+
+// Proves --herd makes every release notify many waiters.
+#[test]
+fn handoff_herd_notifies_many_waiters_per_release() {
+    let server = TestServer::start();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "handoff",
+        "--waiters",
+        "5",
+        "--rounds",
+        "2",
+        "--herd",
+    ]);
+    let per_release = report["notifications_per_release"].as_f64().unwrap_or(0.0);
+    assert!(per_release > 1.0, "{report}");
+}
+
+// Proves memory reads the server's RSS and reports bytes per znode.
+#[test]
+fn memory_reports_bytes_per_znode() {
+    let server = TestServer::start();
+    let pid = server.pid().to_string();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "memory",
+        "--count",
+        "20000",
+        "--batch",
+        "500",
+        "--server-pid",
+        &pid,
+    ]);
+    has_keys(&report, &["rss_before_bytes", "rss_after_bytes"]);
+    assert!(
+        report["bytes_per_znode"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+}
+
+// Proves a blackholed session expires no sooner than its timeout.
+#[test]
+fn expiry_observes_at_least_the_session_timeout() {
+    let server = TestServer::start();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "expiry",
+        "--session-timeout-ms",
+        "1000",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(report["negotiated_timeout_ms"], 1000);
+    let observed = report["observed_ms"].as_array().expect("observed_ms array");
+    assert_eq!(observed.len(), 1);
+    for ms in observed {
+        assert!(ms.as_f64().unwrap_or(0.0) >= 1000.0, "{report}");
+    }
+}
+
+/// An `arbord` started in the background by shell commands (as a restart
+/// command would), killed through its PID file when dropped.
+struct ShellServer {
+    pid_file: std::path::PathBuf,
+}
+
+impl Drop for ShellServer {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(&self.pid_file) {
+            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn wait_listening(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "arbord never listened on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sh(script: &str) {
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .status()
+        .expect("sh");
+    assert!(status.success(), "{script} failed");
+}
+
+// Proves recovery runs the restart command and times the server's return.
+#[test]
+fn recovery_times_a_restart() {
+    let dir = TempDir::new();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let pid_file = dir.path().join("arbord.pid");
+    let start = format!(
+        "{} --listen {addr} --data-dir {} --tick-ms 200 >/dev/null 2>&1 & echo $! > {}",
+        arbord_path().display(),
+        dir.path().join("data").display(),
+        pid_file.display()
+    );
+    let _server = ShellServer {
+        pid_file: pid_file.clone(),
+    };
+    sh(&start);
+    wait_listening(&addr);
+    let restart = format!(
+        "pid=$(cat {pids}); kill -9 $pid; while kill -0 $pid 2>/dev/null; do sleep 0.01; done; {start}",
+        pids = pid_file.display()
+    );
+    let run = |expect_filled: bool| {
+        let report = bench(&[
+            "--server",
+            &addr,
+            "recovery",
+            "--count",
+            "3000",
+            "--restart-cmd",
+            &restart,
+            "--timeout-secs",
+            "30",
+        ]);
+        assert!(
+            report["recovery_ms"].as_f64().unwrap_or(0.0) > 0.0,
+            "{report}"
+        );
+        assert_eq!(report["filled"], expect_filled, "{report}");
+    };
+    run(true);
+    // The data survived the restart: a second run skips the fill.
+    run(false);
+    assert!(Path::new(&pid_file).exists());
+}
+
+// Proves a failure is one error line on stderr, nothing on stdout, exit 1.
+#[test]
+fn failure_is_one_line_and_nonzero() {
+    let port = free_port();
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args([
+            "--server",
+            &format!("127.0.0.1:{port}"),
+            "get",
+            "--count",
+            "1",
+        ])
+        .output()
+        .expect("arbor-bench runs");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("arbor-bench: error: "), "{stderr}");
+}
+
+// Proves fsync-probe reports write + fdatasync latencies.
+#[test]
+fn fsync_probe_reports_latencies() {
+    let dir = TempDir::new();
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args(["fsync-probe", "--count", "20", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("arbor-bench runs");
+    assert!(output.status.success());
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["ops"], 20);
+    assert!(report["p50_us"].as_u64().unwrap_or(0) <= report["max_us"].as_u64().unwrap_or(0));
+}
