@@ -406,6 +406,39 @@ impl Client {
         }
     }
 
+    /// The sequential children of `path` whose sequence number is below
+    /// `sequence`, highest first, at most `limit` (capped at
+    /// [`CHILDREN_BELOW_MAX`](arbor_protocol::CHILDREN_BELOW_MAX)), with their
+    /// stats. One small reply however many children there are: a queue
+    /// member finds the node just ahead of it without listing the queue.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// // The node created just before /queue/job-0000000042, if any is left.
+    /// let ahead = client.children_below("/queue", 42, 1).await?;
+    /// if let Some(previous) = ahead.first() {
+    ///     println!("{} is ahead (created at zxid {})", previous.name, previous.stat.czxid);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn children_below(
+        &self,
+        path: &str,
+        sequence: u64,
+        limit: u32,
+    ) -> Result<Vec<ChildEntry>, Error> {
+        check_path(path)?;
+        let op = Op::ChildrenBelow {
+            path: path.to_owned(),
+            sequence,
+            limit,
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::ChildrenWithStat { children, .. } => Ok(children),
+            other => Err(unexpected("children_below", &other)),
+        }
+    }
+
     /// Applies `ops` all together or not at all, and returns one result per op.
     ///
     /// If an op fails nothing is applied, and the error is

@@ -27,7 +27,7 @@ pub use error::ErrorCode;
 pub use event::{EventType, WatchEvent};
 pub use request::{
     AddWatchMode, ClientMessage, ConnectRequest, CreateMode, MultiOp, Op, SessionCredentials,
-    SetWatches, WatcherKind, ANY_VERSION,
+    SetWatches, WatcherKind, ANY_VERSION, CHILDREN_BELOW_MAX,
 };
 pub use response::{
     ChildEntry, ConnectResponse, MultiOpOutcome, OpResult, ServerLimits, ServerMessage,

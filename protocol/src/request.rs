@@ -211,7 +211,21 @@ pub enum Op {
     /// no change is missed across a reconnect. Clients send these in batches
     /// that fit the frame limit.
     SetWatches(SetWatches),
+    /// The sequential children whose sequence number (the digits ending the
+    /// name) is below `sequence`, highest first, at most `limit` of them
+    /// (capped at [`CHILDREN_BELOW_MAX`]), with their stats. A lock waiter
+    /// asks for its own node and the one just ahead of it with one small
+    /// reply, however long the queue (etcd's "newest key created before
+    /// mine", for sequential znodes).
+    ChildrenBelow {
+        path: String,
+        sequence: u64,
+        limit: u32,
+    },
 }
+
+/// The most children one [`Op::ChildrenBelow`] returns.
+pub const CHILDREN_BELOW_MAX: u32 = 64;
 
 /// The watches of [`Op::SetWatches`], by kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
@@ -273,6 +287,7 @@ impl Op {
             Op::AddWatch { .. } => "add_watch",
             Op::RemoveWatches { .. } => "remove_watches",
             Op::SetWatches(_) => "set_watches",
+            Op::ChildrenBelow { .. } => "children_below",
         }
     }
 }

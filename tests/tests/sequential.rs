@@ -80,3 +80,87 @@ async fn the_suffix_counter_is_the_parents_and_survives_deletes() {
     );
     assert_eq!(bare, "/p/0000000002");
 }
+
+// Proves children_below returns the nearest lower sequential children, highest first, capped by limit and the server maximum, skipping names without a sequence.
+#[tokio::test]
+async fn children_below_finds_the_nearest_lower_sequential_children() {
+    let server = TestServer::start();
+    let client = client(&server).await;
+    client
+        .create("/q", Vec::new(), CreateMode::Persistent)
+        .await
+        .expect("parent");
+    let mut created = Vec::new();
+    for i in 0..100 {
+        // Two kinds of names, as a read-write lock's queue has.
+        let name = if i % 3 == 0 {
+            "/q/write-"
+        } else {
+            "/q/_c_0a-read-"
+        };
+        let path = client
+            .create(name, Vec::new(), CreateMode::PersistentSequential)
+            .await
+            .expect("create");
+        created.push(path);
+    }
+    client
+        .create("/q/config", b"x".to_vec(), CreateMode::Persistent)
+        .await
+        .expect("a name without a sequence");
+    // Delete some, as released or cancelled contenders would be.
+    for i in [97, 98, 50, 10] {
+        client.delete(&created[i], None).await.expect("delete");
+    }
+    let names = |entries: Vec<arbor_client::ChildEntry>| -> Vec<u64> {
+        entries
+            .iter()
+            .map(|e| parse_sequence(&e.name).expect("sequential"))
+            .collect()
+    };
+    assert_eq!(
+        names(client.children_below("/q", 99, 3).await.expect("read")),
+        [96, 95, 94]
+    );
+    assert_eq!(
+        names(client.children_below("/q", 100, 2).await.expect("read")),
+        [99, 96]
+    );
+    assert_eq!(
+        names(client.children_below("/q", 51, 2).await.expect("read")),
+        [49, 48]
+    );
+    assert_eq!(
+        names(client.children_below("/q", 1, 5).await.expect("read")),
+        [0]
+    );
+    assert!(client
+        .children_below("/q", 0, 5)
+        .await
+        .expect("read")
+        .is_empty());
+    assert!(client
+        .children_below("/q", 40, 0)
+        .await
+        .expect("read")
+        .is_empty());
+    let all = client
+        .children_below("/q", u64::MAX, u32::MAX)
+        .await
+        .expect("read");
+    assert_eq!(all.len(), arbor_protocol::CHILDREN_BELOW_MAX as usize);
+    // Stats come with the entries: the czxid is the creation order.
+    let top = client
+        .children_below("/q", u64::MAX, 2)
+        .await
+        .expect("read");
+    assert!(top[0].stat.czxid > top[1].stat.czxid);
+    assert!(matches!(
+        client.children_below("/missing", 5, 1).await,
+        Err(arbor_client::Error::NoNode { .. })
+    ));
+    assert!(matches!(
+        client.children_below("bad", 5, 1).await,
+        Err(arbor_client::Error::InvalidPath { .. })
+    ));
+}

@@ -205,7 +205,7 @@ impl Election {
         let value = value.into();
         retrying(&self.client, || ensure_path(&self.client, &self.path)).await?;
         let prefix = unique_prefix();
-        let node = create_protected(
+        let (node, _stat) = create_protected(
             &self.client,
             &self.path,
             &prefix,

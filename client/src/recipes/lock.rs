@@ -3,7 +3,11 @@
 //! Each contender creates an ephemeral sequential node under the lock's path
 //! and holds the lock while its node is the lowest. A waiter watches only the
 //! node just before its own, so a release wakes exactly one waiter (no herd),
-//! and grants follow arrival order. The node's creation zxid is the lock's
+//! and grants follow arrival order. A waiter never lists the queue: it asks
+//! the server for its own node and the one just ahead
+//! ([`Client::children_below`]), so a handoff costs the same with ten waiters
+//! or a thousand. The lock's path must hold only this lock's nodes: any
+//! sequential child there counts as a contender. The node's creation zxid is the lock's
 //! fencing token: every grant's token is larger than every earlier grant's,
 //! across releases, expiries and server restarts.
 //!
@@ -12,7 +16,8 @@
 //!   per-attempt prefix (Curator's "protected mode"), so after a connection
 //!   loss the attempt finds its node again instead of making a second one.
 //! * Ownership is reported only after checking the node is owned by this
-//!   session.
+//!   session: by the create's reply when the lock is free, and by reading
+//!   the node again when a wait ends.
 //! * A holder learns when it may have lost the lock ([`Guard::lost`]): the
 //!   connection is suspended or the session expired. It must stop writing,
 //!   and the protected resource must check the fencing token anyway
@@ -26,7 +31,7 @@ use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
 use crate::recipes::{
-    create_protected, ensure_path, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
+    create_protected, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
 };
 use crate::{Client, ConnectionState, Error};
 
@@ -97,70 +102,79 @@ impl Mutex {
     }
 
     async fn acquire(&self, wait: Wait) -> Result<Guard, LockError> {
-        ensure_path(&self.client, &self.path).await?;
         let prefix = unique_prefix();
-        let node = self.create_node(&prefix).await?;
+        // The create and a look at the top of the queue go out together. The
+        // server answers a session's requests in order, so the look usually
+        // sees the new node on top and the one just ahead of it: a free lock
+        // costs one round trip. If anything else happened in between, the
+        // look is simply asked again below.
+        let (created, top) = tokio::join!(
+            create_protected(&self.client, &self.path, &prefix, LOCK_NAME, Vec::new()),
+            self.client.children_below(&self.path, u64::MAX, 2),
+        );
+        let (node, stat) = created?;
         // From here on, dropping this future deletes the node.
         let cleanup = NodeCleanup::new(&self.client, node.clone());
+        let token = stat.czxid;
+        let name = path::name(&node).to_owned();
+        let sequence = path::parse_sequence(&name).ok_or_else(|| {
+            LockError::Client(Error::Protocol(format!("{node} has no sequence number")))
+        })?;
+        let mut seen = top
+            .ok()
+            .filter(|top| top.first().is_some_and(|entry| entry.name == name));
         loop {
-            let queue = self.queue().await?;
-            let Some(index) = queue
-                .iter()
-                .position(|name| path::join(&self.path, name) == node)
-            else {
-                // Our node is gone: the session expired (its ephemerals went).
-                return Err(LockError::Client(Error::SessionExpired));
+            // Our node and the one just ahead of it: a reply of two entries
+            // however long the queue, so a handoff costs the same with ten
+            // waiters or a thousand.
+            let nearest = match seen.take() {
+                Some(nearest) => nearest,
+                None => {
+                    retrying(&self.client, || {
+                        self.client.children_below(&self.path, sequence + 1, 2)
+                    })
+                    .await?
+                }
             };
-            if index == 0 {
-                let token = self.check_owner(&node).await?;
+            match nearest.first() {
+                // Ownership is checked on every look, not once: the lock is
+                // only ever reported held right after the server said so.
+                Some(mine) if mine.name == name => {
+                    if mine.stat.ephemeral_owner != self.client.session_id() {
+                        return Err(LockError::NotOwner {
+                            node,
+                            owner: mine.stat.ephemeral_owner,
+                        });
+                    }
+                }
+                // Our node is gone: the session expired (its ephemerals went).
+                _ => return Err(LockError::Client(Error::SessionExpired)),
+            }
+            let Some(predecessor) = nearest.get(1) else {
                 return Ok(Guard {
                     node: cleanup,
                     token,
                 });
-            }
+            };
             if wait == Wait::Never {
                 return Err(LockError::Locked);
             }
-            let predecessor = path::join(&self.path, &queue[index - 1]);
-            let (stat, watch) =
-                retrying(&self.client, || self.client.exists_watch(&predecessor)).await?;
-            if stat.is_some() {
-                // Any event (deleted, or a spurious wake) means: look again.
+            // A data watch, not an exists watch: on a node already gone it
+            // fails with NoNode and leaves no watch behind on the server.
+            let predecessor = path::join(&self.path, &predecessor.name);
+            let watched = retrying(&self.client, || async {
+                match self.client.get_data_watch(&predecessor).await {
+                    Ok((_, _, watch)) => Ok(Some(watch)),
+                    Err(Error::NoNode { .. }) => Ok(None),
+                    Err(err) => Err(err),
+                }
+            })
+            .await?;
+            if let Some(watch) = watched {
+                // Deleted, or a spurious wake: either way, look again.
                 watch.await?;
             }
         }
-    }
-
-    /// Creates this attempt's node, finding it again if the reply was lost.
-    async fn create_node(&self, prefix: &str) -> Result<String, LockError> {
-        Ok(create_protected(&self.client, &self.path, prefix, LOCK_NAME, Vec::new()).await?)
-    }
-
-    /// The contenders' node names, in arrival (sequence) order.
-    async fn queue(&self) -> Result<Vec<String>, LockError> {
-        // Reads ride out a reconnect; only an expired session ends the wait.
-        let mut names: Vec<String> =
-            retrying(&self.client, || self.client.get_children(&self.path))
-                .await?
-                .into_iter()
-                .filter(|name| name.contains(LOCK_NAME))
-                .collect();
-        names.sort_by_key(|name| path::parse_sequence(name).unwrap_or(u64::MAX));
-        Ok(names)
-    }
-
-    /// The node's creation zxid, once its owner is confirmed to be us.
-    async fn check_owner(&self, node: &str) -> Result<FencingToken, LockError> {
-        let stat = retrying(&self.client, || self.client.exists(node))
-            .await?
-            .ok_or(LockError::Client(Error::SessionExpired))?;
-        if stat.ephemeral_owner != self.client.session_id() {
-            return Err(LockError::NotOwner {
-                node: node.to_owned(),
-                owner: stat.ephemeral_owner,
-            });
-        }
-        Ok(stat.czxid)
     }
 }
 

@@ -188,26 +188,29 @@ where
     call().await
 }
 
-/// Creates the ephemeral sequential node `<dir>/<prefix><name><seq>`. When
-/// the outcome of a create is unknown, it looks for `prefix` before trying
-/// again, so one attempt never leaves two nodes.
+/// Creates the ephemeral sequential node `<dir>/<prefix><name><seq>` and
+/// returns it with its stat (its `czxid` is the fencing token, its
+/// `ephemeral_owner` the session the server gave it to). When the outcome of
+/// a create is unknown, it looks for `prefix` before trying again, so one
+/// attempt never leaves two nodes. A missing `dir` is created (as
+/// containers) on the first `NoNode`, so the common case costs one request.
 pub(crate) async fn create_protected(
     client: &Client,
     dir: &str,
     prefix: &str,
     name: &str,
     data: Vec<u8>,
-) -> Result<String, Error> {
+) -> Result<(String, crate::Stat), Error> {
     let base = arbor_protocol::path::join(dir, &format!("{prefix}{name}"));
     let mut unsure = false;
     let mut last_error = Error::ConnectionLoss;
     for _ in 0..RETRIES_MAX {
         if unsure {
             wait_connected(client).await?;
-            match client.get_children(dir).await {
-                Ok(children) => {
-                    if let Some(found) = children.iter().find(|child| child.starts_with(prefix)) {
-                        return Ok(arbor_protocol::path::join(dir, found));
+            match client.get_children_with_stat(dir).await {
+                Ok((children, _)) => {
+                    if let Some(found) = children.iter().find(|c| c.name.starts_with(prefix)) {
+                        return Ok((arbor_protocol::path::join(dir, &found.name), found.stat));
                     }
                     unsure = false;
                 }
@@ -221,11 +224,11 @@ pub(crate) async fn create_protected(
             }
         }
         match client
-            .create(&base, data.clone(), CreateMode::EphemeralSequential)
+            .create_with_stat(&base, data.clone(), CreateMode::EphemeralSequential)
             .await
         {
-            Ok(node) => return Ok(node),
-            // The container was reaped after its last child went.
+            Ok(created) => return Ok(created),
+            // Never made, or a container reaped after its last child went.
             Err(Error::NoNode { .. }) => match ensure_path(client, dir).await {
                 Ok(()) => {}
                 Err(err) if is_transient(&err) => wait_connected(client).await?,

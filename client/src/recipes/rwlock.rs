@@ -306,7 +306,7 @@ impl RwLock {
     async fn acquire(&self, kind: Kind, wait: Wait) -> Result<Held, LockError> {
         retrying(&self.client, || ensure_path(&self.client, &self.path)).await?;
         let prefix = unique_prefix();
-        let node =
+        let (node, _stat) =
             create_protected(&self.client, &self.path, &prefix, kind.name(), Vec::new()).await?;
         // From here on, dropping this future deletes the node.
         let cleanup = NodeCleanup::new(&self.client, node.clone());

@@ -5,13 +5,13 @@
 
 use arbor_protocol::{
     AddWatchMode, ChildEntry, ErrorCode, EventType, Op, OpResult, SessionId, SetWatches,
-    WatchEvent, Zxid,
+    WatchEvent, Zxid, CHILDREN_BELOW_MAX,
 };
 
 use crate::context::Shared;
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::prep::check_path;
-use crate::tree::Node;
+use crate::tree::{ChildName, Node};
 use crate::watch::WatchKind;
 
 /// Answers a read-only op; returns the result and the zxid it reflects.
@@ -71,6 +71,43 @@ pub fn execute(
                 children,
                 stat: n.stat,
             })
+        }),
+        Op::ChildrenBelow {
+            path,
+            sequence,
+            limit,
+        } => node(path).map(|n| {
+            let limit = (*limit).min(CHILDREN_BELOW_MAX) as usize;
+            // One pass over the names, keeping the `limit` highest below
+            // `sequence`: no allocation per child, one lookup per result.
+            let mut best: Vec<(u64, &ChildName)> = Vec::with_capacity(limit + 1);
+            for child in n.children.iter() {
+                let Some(seq) = arbor_protocol::path::parse_sequence(child.name()) else {
+                    continue;
+                };
+                if seq >= *sequence
+                    || (best.len() == limit && best.last().is_some_and(|b| b.0 >= seq))
+                {
+                    continue;
+                }
+                let at = best.partition_point(|b| b.0 > seq);
+                best.insert(at, (seq, child));
+                best.truncate(limit);
+            }
+            let children = best
+                .into_iter()
+                .filter_map(|(_, child)| {
+                    let node = state.tree.node(child.path())?;
+                    Some(ChildEntry {
+                        name: child.name().to_owned(),
+                        stat: node.stat,
+                    })
+                })
+                .collect();
+            OpResult::ChildrenWithStat {
+                children,
+                stat: n.stat,
+            }
         }),
         // Standalone, every acknowledged write is already applied, and this
         // session's earlier writes were answered before this runs.
