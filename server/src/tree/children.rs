@@ -66,6 +66,9 @@ impl Borrow<str> for ChildName {
 /// A node's children, sorted by name (listings and snapshots are
 /// deterministic).
 #[derive(Debug, Clone, Default)]
+// Boxed on purpose: 8 bytes in every node instead of a 24-byte empty set,
+// and most nodes are leaves.
+#[allow(clippy::box_collection)]
 pub struct Children(Option<Box<BTreeSet<ChildName>>>);
 
 impl Children {
