@@ -48,7 +48,12 @@ pub fn execute(
                 watch(WatchKind::Child, path)?;
             }
             Ok(OpResult::Children {
-                names: n.children.names().map(str::to_owned).collect(),
+                names: n
+                    .children
+                    .sorted()
+                    .into_iter()
+                    .map(|child| child.name().to_owned())
+                    .collect(),
                 stat: n.stat,
             })
         }),
@@ -58,7 +63,8 @@ pub fn execute(
             }
             let children = n
                 .children
-                .iter()
+                .sorted()
+                .into_iter()
                 .filter_map(|child| {
                     let node = state.tree.node(child.path())?;
                     Some(ChildEntry {

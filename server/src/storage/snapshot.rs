@@ -36,7 +36,7 @@ use arbor_protocol::{codec, SessionId, Stat, Zxid, SESSION_PASSWORD_BYTES};
 use bincode::{Decode, Encode};
 
 use crate::pipeline::apply::{SessionRecord, StateMachine, StateView};
-use crate::tree::{DataTree, Node, NodeKind};
+use crate::tree::{Node, NodeKind, TreeBuilder};
 
 /// Identifies a snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"ARBORSNP";
@@ -288,7 +288,8 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
 
     let mut offset = HEADER_BYTES as u64;
     let mut sessions = Vec::new();
-    let mut nodes = Vec::new();
+    let mut nodes = TreeBuilder::new();
+    let mut added = 0u64;
     let mut body = Vec::new();
     let corrupt = |offset: u64, reason: String| SnapshotError::Corrupt {
         path: path.to_owned(),
@@ -326,17 +327,19 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
                     children: Default::default(),
                     sequence,
                 };
-                nodes.push((node_path, node));
+                nodes
+                    .add(node_path, node)
+                    .map_err(|reason| corrupt(record_offset, reason))?;
+                added += 1;
             }
             RecordIn::End {
                 sessions: s,
                 nodes: n,
             } => {
-                if s != sessions.len() as u64 || n != nodes.len() as u64 {
+                if s != sessions.len() as u64 || n != added {
                     let reason = format!(
-                        "end record counts {s} sessions and {n} nodes, the file holds {} and {}",
+                        "end record counts {s} sessions and {n} nodes, the file holds {} and {added}",
                         sessions.len(),
-                        nodes.len()
                     );
                     return Err(corrupt(record_offset, reason));
                 }
@@ -348,7 +351,7 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
     if input.read(&mut rest).map_err(io_error(path))? != 0 {
         return Err(corrupt(offset, "bytes after the end record".into()));
     }
-    let tree = DataTree::from_nodes(nodes).map_err(invalid)?;
+    let tree = nodes.finish().map_err(invalid)?;
     Ok(Loaded {
         state: StateMachine::from_parts(tree, sessions, last_zxid),
         nodes: node_count,

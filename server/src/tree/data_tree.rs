@@ -82,14 +82,14 @@ struct Shadow {
 /// The tree as the ops checked so far would leave it.
 struct Overlay<'a> {
     tree: &'a DataTree,
-    changed: HashMap<String, Option<Shadow>>,
+    changed: HashMap<String, Option<Shadow>, foldhash::fast::RandomState>,
 }
 
 impl<'a> Overlay<'a> {
     fn new(tree: &'a DataTree) -> Self {
         Self {
             tree,
-            changed: HashMap::new(),
+            changed: HashMap::default(),
         }
     }
 
@@ -152,68 +152,15 @@ impl DataTree {
     }
 
     /// Rebuilds a tree from the nodes of a snapshot (children lists and the
-    /// indexes are derived from the paths and kinds). Fastest with nodes in
-    /// path order. Fails if a node's parent is missing or a path repeats.
+    /// indexes are derived from the paths and kinds). Fails if a node's
+    /// parent is missing or a path repeats. See [`TreeBuilder`] to build one
+    /// node at a time.
     pub fn from_nodes(nodes: impl IntoIterator<Item = (String, Node)>) -> Result<Self, String> {
-        let mut tree = DataTree {
-            nodes: NodeMap::new(),
-            ephemerals: HashMap::new(),
-            containers: BTreeSet::new(),
-            ttls: BTreeSet::new(),
-        };
-        let mut order = Vec::new();
-        for (path, mut node) in nodes {
-            node.children.clear();
-            let path: Arc<str> = Arc::from(path.as_str());
-            if tree.nodes.insert(path.clone(), Arc::new(node)).is_some() {
-                return Err(format!("node {path} appears twice"));
-            }
-            order.push(path);
+        let mut builder = TreeBuilder::new();
+        for (path, node) in nodes {
+            builder.add(path, node)?;
         }
-        if !tree.nodes.contains_key("/") {
-            return Err("the root node is missing".into());
-        }
-        // Gather each parent's children, then build every set in one go:
-        // collecting into a BTreeSet sorts once and bulk-builds, instead of
-        // searching the set once per child.
-        let mut children: HashMap<Arc<str>, Vec<ChildName>> = HashMap::new();
-        // In input order: snapshots list nodes sorted by path, so each
-        // parent's names arrive sorted and the sort below is a single pass.
-        let mut indexes = Vec::new();
-        for path in &order {
-            let node = tree.nodes.get(path).expect("inserted above");
-            indexes.push((path.clone(), node.kind, node.stat.ephemeral_owner));
-            let Some(parent) = path::parent(path) else {
-                continue;
-            };
-            let (parent, _) = tree
-                .nodes
-                .get_key_value(parent)
-                .ok_or_else(|| format!("node {path} has no parent"))?;
-            children
-                .entry(parent.clone())
-                .or_default()
-                .push(ChildName::new(path.clone()));
-        }
-        for (path, kind, owner) in indexes {
-            tree.index(&path, kind, owner);
-        }
-        for (parent, names) in children {
-            let node = tree
-                .node_mut(&parent)
-                .expect("parents were looked up above");
-            node.children = names.into_iter().collect();
-        }
-        for (path, node) in tree.nodes.iter() {
-            if node.children.len() != node.stat.num_children as usize {
-                return Err(format!(
-                    "node {path} records {} children but {} were found",
-                    node.stat.num_children,
-                    node.children.len()
-                ));
-            }
-        }
-        Ok(tree)
+        builder.finish()
     }
 
     fn index(&mut self, path: &str, kind: NodeKind, owner: SessionId) {
@@ -414,7 +361,7 @@ impl DataTree {
         }
         if let Some(parent_path) = path::parent(path) {
             if let Some(parent) = self.node_mut(parent_path) {
-                parent.children.remove(path::name(path));
+                parent.children.remove(path);
                 parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
                 parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
                 parent.stat.pzxid = zxid;
@@ -501,6 +448,96 @@ impl DataTree {
         });
         let ttls = ttls.map(|path| Txn::ReapTtl { path: path.clone() });
         containers.chain(ttls).take(limit).collect()
+    }
+}
+
+/// Builds a tree from a snapshot's nodes as they are read, without holding
+/// them all in a list first: a million nodes go straight into the map.
+pub struct TreeBuilder {
+    tree: DataTree,
+    /// Every path in the order added (snapshots list them sorted, so each
+    /// parent's children arrive together).
+    order: Vec<Arc<str>>,
+}
+
+impl Default for TreeBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TreeBuilder {
+    pub fn new() -> Self {
+        Self {
+            tree: DataTree {
+                nodes: NodeMap::new(),
+                ephemerals: HashMap::new(),
+                containers: BTreeSet::new(),
+                ttls: BTreeSet::new(),
+            },
+            order: Vec::new(),
+        }
+    }
+
+    /// Adds one node (its children list is rebuilt by [`TreeBuilder::finish`]).
+    pub fn add(&mut self, path: String, mut node: Node) -> Result<(), String> {
+        node.children.clear();
+        let path: Arc<str> = Arc::from(path);
+        if self
+            .tree
+            .nodes
+            .insert(path.clone(), Arc::new(node))
+            .is_some()
+        {
+            return Err(format!("node {path} appears twice"));
+        }
+        self.order.push(path);
+        Ok(())
+    }
+
+    /// Links every node to its parent and builds the indexes. Fails if a
+    /// parent is missing or a node's recorded child count is wrong.
+    pub fn finish(self) -> Result<DataTree, String> {
+        let TreeBuilder { mut tree, order } = self;
+        if !tree.nodes.contains_key("/") {
+            return Err("the root node is missing".into());
+        }
+        // Gather each parent's children, then build every set in one go,
+        // sized once instead of grown.
+        let mut children: HashMap<Arc<str>, Vec<ChildName>> = HashMap::new();
+        for path in &order {
+            let node = tree.nodes.get(path).expect("added above");
+            let (kind, owner) = (node.kind, node.stat.ephemeral_owner);
+            tree.index(path, kind, owner);
+            let Some(parent) = path::parent(path) else {
+                continue;
+            };
+            let (parent, _) = tree
+                .nodes
+                .get_key_value(parent)
+                .ok_or_else(|| format!("node {path} has no parent"))?;
+            children
+                .entry(parent.clone())
+                .or_default()
+                .push(ChildName::new(path.clone()));
+        }
+        drop(order);
+        for (parent, names) in children {
+            let node = tree
+                .node_mut(&parent)
+                .expect("parents were looked up above");
+            node.children = names.into_iter().collect();
+        }
+        for (path, node) in tree.nodes.iter() {
+            if node.children.len() != node.stat.num_children as usize {
+                return Err(format!(
+                    "node {path} records {} children but {} were found",
+                    node.stat.num_children,
+                    node.children.len()
+                ));
+            }
+        }
+        Ok(tree)
     }
 }
 
@@ -870,7 +907,11 @@ mod tests {
         let rebuilt = DataTree::from_nodes(view.iter().map(|(p, n)| (p.to_owned(), n.clone())))
             .expect("rebuilds");
         assert_eq!(rebuilt.len(), 4);
-        assert!(rebuilt.node("/a").expect("exists").children.contains("e"));
+        assert!(rebuilt
+            .node("/a")
+            .expect("exists")
+            .children
+            .contains("/a/e"));
         assert_eq!(rebuilt.ephemerals_of(7).count(), 1);
         assert_eq!(rebuilt.containers.len(), 1);
     }

@@ -11,6 +11,6 @@ mod node;
 mod node_map;
 
 pub use children::{ChildName, Children};
-pub use data_tree::{Change, DataTree, TreeView, CHILDREN_PER_NODE_MAX};
+pub use data_tree::{Change, DataTree, TreeBuilder, TreeView, CHILDREN_PER_NODE_MAX};
 pub use node::{Node, NodeKind};
 pub use node_map::{NodeMap, NODE_SHARDS};
