@@ -55,7 +55,8 @@ pub struct Config {
     pub shutdown_grace_ms: u64,
     /// Whether a write waits for fdatasync before it is acknowledged.
     pub fsync: FsyncPolicy,
-    /// Txns between snapshots (jittered down to half of it).
+    /// Writes (ops, a multi counting each) between snapshots (jittered down to
+    /// half of it).
     pub snap_count: u64,
     /// Snapshots kept; the log is kept from the oldest of them on.
     pub snap_retain: usize,

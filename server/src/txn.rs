@@ -35,6 +35,17 @@ pub enum Txn {
 }
 
 /// Why a session ended.
+impl Txn {
+    /// The tree writes this txn carries (each op of a multi counts): what
+    /// replaying it costs, and what snapshots are spaced by.
+    pub fn op_count(&self) -> u64 {
+        match self {
+            Txn::Multi { ops, .. } => ops.len().max(1) as u64,
+            _ => 1,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum CloseReason {
     Closed,

@@ -12,6 +12,26 @@ use arbor_server::{Config, Server};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of the system allocator: a million znodes are several
+/// million small allocations, and glibc's malloc spent about 40 % of a log
+/// replay in allocation and consolidation (perf).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc v3's `mi_option_purge_delay`: its index in `mi_option_e` of the
+/// mimalloc sources bundled with libmimalloc-sys 0.1.49 (pinned by
+/// Cargo.lock); the crate does not export the constant.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Returns freed pages to the OS at once instead of after a second: the
+/// copy-on-write pages a snapshot leaves behind would otherwise stay
+/// resident (measured: 484 B of RSS per znode instead of 405 after a 1 M-node
+/// fill with snapshots).
+fn purge_freed_memory_at_once() {
+    // SAFETY: a plain setter of mimalloc's option table.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "arbord", version, about = "The Arbor coordination server")]
 struct Args {
@@ -49,7 +69,8 @@ struct Args {
     /// acknowledged writes.
     #[arg(long, value_enum, default_value_t = Fsync::Always)]
     fsync: Fsync,
-    /// Txns between snapshots (each jittered down to as little as half).
+    /// Writes between snapshots, each op of a multi counting (each jittered
+    /// down to as little as half).
     #[arg(long, default_value_t = 100_000)]
     snap_count: u64,
     /// Snapshots kept; log segments older than the oldest are purged.
@@ -95,6 +116,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
+    purge_freed_memory_at_once();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -130,7 +130,8 @@ pub async fn run_committer<L: CommitLog>(
             }
         }
         if let Some(snapshots) = snapshots.as_mut() {
-            snapshots.applied(entries.len() as u64, &shared);
+            let ops = entries.iter().map(|entry| entry.txn.op_count()).sum();
+            snapshots.applied(ops, &shared);
         }
     }
     debug!(last_zxid, "committer stopped");

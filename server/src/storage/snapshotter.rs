@@ -1,6 +1,9 @@
 //! Decides when to snapshot, and writes snapshots on a background thread.
 //!
-//! The committer reports how many txns it applied; every `snap_count` of them
+//! The committer reports how many writes it applied (each op of a multi
+//! counts: replay time and log size grow with ops, not txns; ZooKeeper
+//! counts txns, so a log of big multis goes unsnapshotted there); every
+//! `snap_count` of them
 //! (jittered, so the members of a future ensemble do not all snapshot at
 //! once) it takes a copy-on-write view of the state between two batches and
 //! hands it to the snapshot thread. The thread writes the file, keeps the
@@ -24,7 +27,7 @@ use crate::storage::{snapshot, txnlog};
 pub struct SnapshotPolicy {
     pub snapshot_dir: PathBuf,
     pub log_dir: PathBuf,
-    /// Txns between snapshots, before jitter.
+    /// Writes (ops) between snapshots, before jitter.
     pub snap_count: u64,
     /// Snapshots kept.
     pub snap_retain: usize,
@@ -81,10 +84,10 @@ fn jittered(count: u64) -> u64 {
 }
 
 impl Snapshotter {
-    /// Counts applied txns; starts a snapshot when one is due and the thread
-    /// is free.
-    pub fn applied(&mut self, txns: u64, shared: &Shared) {
-        self.since_last += txns;
+    /// Counts applied writes (ops); starts a snapshot when one is due and
+    /// the thread is free.
+    pub fn applied(&mut self, ops: u64, shared: &Shared) {
+        self.since_last += ops;
         if self.since_last < self.next_after {
             return;
         }
