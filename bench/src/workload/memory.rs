@@ -3,9 +3,12 @@
 //! Reads the server's VmRSS from `/proc/<pid>/status`, creates `--count`
 //! nodes of `--size` bytes as fast as it can — `multi` transactions of
 //! `--batch` creates, `--concurrency` transactions in flight, on both targets
-//! — and reads VmRSS again. Latency fields are per transaction.
+//! — and reads VmRSS again once it has settled (`rss_after_bytes`; the
+//! reading right at the end of the fill is `rss_at_end_of_fill_bytes`).
+//! Latency fields are per transaction.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 
@@ -59,7 +62,8 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
         data: vec![b'm'; args.size],
     });
     let run = run_batches(&sessions, args.concurrency, batches, &spec, true).await?;
-    let rss_after = rss_bytes(args.server_pid)?;
+    let rss_peak = rss_bytes(args.server_pid)?;
+    let rss_after = settled_rss(args.server_pid).await?;
     if !env.keep {
         eprintln!("arbor-bench: memory: deleting the nodes");
         run_batches(&sessions, args.concurrency, batches, &spec, false).await?;
@@ -81,11 +85,41 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
         .field("batches", batches)
         .field("rss_before_bytes", rss_before)
         .field("rss_after_bytes", rss_after)
+        .field("rss_at_end_of_fill_bytes", rss_peak)
         .field(
             "bytes_per_znode",
             crate::stats::round3(grown as f64 / args.count as f64),
         );
     Ok(report)
+}
+
+/// How often the settled RSS is sampled, how many samples in a row must
+/// agree (within 1 %), and how long to wait at most.
+const SETTLE_SAMPLE: Duration = Duration::from_millis(500);
+const SETTLE_SAMPLES: usize = 5;
+const SETTLE_MAX: Duration = Duration::from_secs(30);
+
+/// The server's RSS once it stops moving: a background snapshot's
+/// copy-on-write pages (Arbor) or garbage not yet collected (the JVM) are
+/// not the cost of holding the znodes.
+async fn settled_rss(pid: u32) -> Result<u64> {
+    let deadline = tokio::time::Instant::now() + SETTLE_MAX;
+    let mut window = vec![rss_bytes(pid)?];
+    loop {
+        tokio::time::sleep(SETTLE_SAMPLE).await;
+        window.push(rss_bytes(pid)?);
+        if window.len() > SETTLE_SAMPLES {
+            window.remove(0);
+        }
+        let (low, high) = (
+            window.iter().copied().min().unwrap_or(0),
+            window.iter().copied().max().unwrap_or(0),
+        );
+        let steady = window.len() == SETTLE_SAMPLES && (high - low) * 100 <= low;
+        if steady || tokio::time::Instant::now() >= deadline {
+            return Ok(window.last().copied().unwrap_or(high));
+        }
+    }
 }
 
 /// The nodes `<root>/<index>` split into transactions.
