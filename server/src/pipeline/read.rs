@@ -14,6 +14,15 @@ use crate::pipeline::prep::check_path;
 use crate::tree::{ChildName, Node};
 use crate::watch::WatchKind;
 
+/// The children of `path`, sorted by name, as listings return them.
+fn sorted_children<'a>(state: &'a StateMachine, path: &str) -> Vec<&'a ChildName> {
+    state
+        .tree
+        .children(path)
+        .map(|children| children.sorted())
+        .unwrap_or_default()
+}
+
 /// Answers a read-only op; returns the result and the zxid it reflects.
 pub fn execute(
     shared: &Shared,
@@ -48,9 +57,7 @@ pub fn execute(
                 watch(WatchKind::Child, path)?;
             }
             Ok(OpResult::Children {
-                names: n
-                    .children
-                    .sorted()
+                names: sorted_children(&state, path)
                     .into_iter()
                     .map(|child| child.name().to_owned())
                     .collect(),
@@ -61,9 +68,7 @@ pub fn execute(
             if *set {
                 watch(WatchKind::Child, path)?;
             }
-            let children = n
-                .children
-                .sorted()
+            let children = sorted_children(&state, path)
                 .into_iter()
                 .filter_map(|child| {
                     let node = state.tree.node(child.path())?;
@@ -87,7 +92,7 @@ pub fn execute(
             // One pass over the names, keeping the `limit` highest below
             // `sequence`: no allocation per child, one lookup per result.
             let mut best: Vec<(u64, &ChildName)> = Vec::with_capacity(limit + 1);
-            for child in n.children.iter() {
+            for child in state.tree.children(path).into_iter().flat_map(|c| c.iter()) {
                 let Some(seq) = arbor_protocol::path::parse_sequence(child.name()) else {
                     continue;
                 };

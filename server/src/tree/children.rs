@@ -7,8 +7,9 @@
 //! The set is a hash set, as ZooKeeper's: adding the millionth child of a
 //! queue or a bulk load costs one hash and one probe, where an ordered set
 //! paid ~20 name comparisons, each a cache miss (a quarter of a log replay).
-//! Listings sort on the way out ([`Children::sorted`]). A leaf (most nodes)
-//! holds no set at all: one null pointer instead of an empty set.
+//! Listings sort on the way out ([`Children::sorted`]). Only parents have
+//! a set: the tree keeps them beside the node map, not in the nodes (see
+//! `DataTree`).
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -66,55 +67,41 @@ impl Borrow<str> for ChildName {
 
 type ChildSet = HashSet<ChildName, RandomState>;
 
-/// A node's children, in no order ([`Children::sorted`] for listings).
+/// A parent's children, in no order ([`Children::sorted`] for listings).
 #[derive(Debug, Clone, Default)]
-// Boxed on purpose: 8 bytes in every node instead of a 32-byte empty set,
-// and most nodes are leaves.
-#[allow(clippy::box_collection)]
-pub struct Children(Option<Box<ChildSet>>);
+pub struct Children(ChildSet);
 
 impl Children {
     pub fn new() -> Self {
-        Children(None)
+        Children::default()
     }
 
     pub fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |set| set.len())
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_none()
+        self.0.is_empty()
     }
 
     /// Whether the child at `path` (the full path) is here.
     pub fn contains(&self, path: &str) -> bool {
-        self.0.as_ref().is_some_and(|set| set.contains(path))
+        self.0.contains(path)
     }
 
     /// Adds a child; false if one of that name was there already.
     pub fn insert(&mut self, child: ChildName) -> bool {
-        self.0.get_or_insert_with(Default::default).insert(child)
+        self.0.insert(child)
     }
 
     /// Removes the child at `path` (the full path); false if there was none.
     pub fn remove(&mut self, path: &str) -> bool {
-        let Some(set) = self.0.as_mut() else {
-            return false;
-        };
-        let removed = set.remove(path);
-        if set.is_empty() {
-            self.0 = None;
-        }
-        removed
-    }
-
-    pub fn clear(&mut self) {
-        self.0 = None;
+        self.0.remove(path)
     }
 
     /// The children, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &ChildName> {
-        self.0.iter().flat_map(|set| set.iter())
+        self.0.iter()
     }
 
     /// The children sorted by name: what listings return.
@@ -127,23 +114,9 @@ impl Children {
 
 impl FromIterator<ChildName> for Children {
     fn from_iter<I: IntoIterator<Item = ChildName>>(iter: I) -> Self {
-        let set: ChildSet = iter.into_iter().collect();
-        if set.is_empty() {
-            Children(None)
-        } else {
-            Children(Some(Box::new(set)))
-        }
+        Children(iter.into_iter().collect())
     }
 }
-
-impl PartialEq for Children {
-    fn eq(&self, other: &Self) -> bool {
-        let (mine, theirs) = (self.sorted(), other.sorted());
-        mine.len() == theirs.len() && mine.iter().zip(&theirs).all(|(a, b)| a.name() == b.name())
-    }
-}
-
-impl Eq for Children {}
 
 #[cfg(test)]
 mod tests {
@@ -157,9 +130,9 @@ mod tests {
         children.sorted().into_iter().map(ChildName::name).collect()
     }
 
-    // Proves children list sorted by name, are found by path, and an emptied set frees its box.
+    // Proves children list sorted by name and are found by their full path.
     #[test]
-    fn ordered_by_name_and_found_by_name() {
+    fn listed_by_name_and_found_by_path() {
         let mut children = Children::new();
         assert!(children.is_empty());
         assert!(children.insert(child("/p/b")));
@@ -171,12 +144,8 @@ mod tests {
         assert_eq!(children.len(), 3);
         assert!(children.remove("/p/a") && !children.remove("/p/a"));
         assert!(children.remove("/p/b") && children.remove("/p/c-0000000001"));
-        assert!(children.is_empty() && children.0.is_none());
+        assert!(children.is_empty());
         let rebuilt: Children = [child("/x/2"), child("/x/1")].into_iter().collect();
         assert_eq!(names(&rebuilt), ["1", "2"]);
-        assert_eq!(
-            rebuilt,
-            [child("/y/1"), child("/y/2")].into_iter().collect()
-        );
     }
 }

@@ -55,9 +55,16 @@ pub enum Change {
 
 /// The tree of znodes. Nodes sit in a copy-on-write [`NodeMap`], so that a
 /// snapshot can take a view of the whole tree at once (see [`DataTree::view`]).
+/// Children lists sit beside it, owned by the live tree alone: a snapshot
+/// does not need them (they are derived from the paths on load), and a node
+/// copied because a view shares it stays a small copy, however many
+/// children it has. Keeping the list in the node made the first write under
+/// a big parent after each snapshot copy the whole list, stalling writes.
 #[derive(Debug)]
 pub struct DataTree {
     nodes: NodeMap,
+    /// The children of every node that has any, by the parent's path.
+    children: HashMap<Arc<str>, Children, foldhash::fast::RandomState>,
     ephemerals: HashMap<SessionId, BTreeSet<String>>,
     containers: BTreeSet<String>,
     ttls: BTreeSet<String>,
@@ -121,13 +128,13 @@ impl DataTree {
             data: Box::default(),
             stat: Stat::default(),
             kind: NodeKind::Persistent,
-            children: Children::new(),
             sequence: 0,
         };
         let mut nodes = NodeMap::new();
         nodes.insert(Arc::from("/"), Arc::new(root));
         Self {
             nodes,
+            children: HashMap::default(),
             ephemerals: HashMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
@@ -136,6 +143,12 @@ impl DataTree {
 
     pub fn node(&self, path: &str) -> Option<&Node> {
         self.nodes.get(path).map(|node| &**node)
+    }
+
+    /// The children of the node at `path`; `None` if it has none (or does
+    /// not exist).
+    pub fn children(&self, path: &str) -> Option<&Children> {
+        self.children.get(path)
     }
 
     fn node_mut(&mut self, path: &str) -> Option<&mut Node> {
@@ -300,7 +313,7 @@ impl DataTree {
             .node_mut(parent_path)
             .expect("check_op verified the parent exists");
         let key: Arc<str> = Arc::from(path);
-        parent.children.insert(ChildName::new(key.clone()));
+
         parent.stat.num_children += 1;
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
         parent.stat.pzxid = zxid;
@@ -326,10 +339,18 @@ impl DataTree {
             data: data.into(),
             stat,
             kind,
-            children: Children::new(),
             sequence: 0,
         };
-        self.nodes.insert(key, Arc::new(node));
+        self.nodes.insert(key.clone(), Arc::new(node));
+        let parent_key = self
+            .nodes
+            .get_key_value(parent_path)
+            .map(|(parent_key, _)| parent_key.clone())
+            .expect("check_op verified the parent exists");
+        self.children
+            .entry(parent_key)
+            .or_default()
+            .insert(ChildName::new(key));
         changes.push(Change::Created(path.to_owned()));
         changes.push(Change::ChildrenChanged(parent_path.to_owned()));
         stat
@@ -340,7 +361,10 @@ impl DataTree {
         let Some(node) = self.nodes.remove(path) else {
             return false;
         };
-        debug_assert!(node.children.is_empty(), "only childless nodes are removed");
+        debug_assert!(
+            !self.children.contains_key(path),
+            "only childless nodes are removed"
+        );
         match node.kind {
             NodeKind::Ephemeral => {
                 let owner = node.stat.ephemeral_owner;
@@ -361,10 +385,15 @@ impl DataTree {
         }
         if let Some(parent_path) = path::parent(path) {
             if let Some(parent) = self.node_mut(parent_path) {
-                parent.children.remove(path);
                 parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
                 parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
                 parent.stat.pzxid = zxid;
+            }
+            if let Some(siblings) = self.children.get_mut(parent_path) {
+                siblings.remove(path);
+                if siblings.is_empty() {
+                    self.children.remove(parent_path);
+                }
             }
             changes.push(Change::Deleted(path.to_owned()));
             changes.push(Change::ChildrenChanged(parent_path.to_owned()));
@@ -471,6 +500,7 @@ impl TreeBuilder {
         Self {
             tree: DataTree {
                 nodes: NodeMap::new(),
+                children: HashMap::default(),
                 ephemerals: HashMap::new(),
                 containers: BTreeSet::new(),
                 ttls: BTreeSet::new(),
@@ -479,9 +509,8 @@ impl TreeBuilder {
         }
     }
 
-    /// Adds one node (its children list is rebuilt by [`TreeBuilder::finish`]).
-    pub fn add(&mut self, path: String, mut node: Node) -> Result<(), String> {
-        node.children.clear();
+    /// Adds one node (children lists are built by [`TreeBuilder::finish`]).
+    pub fn add(&mut self, path: String, node: Node) -> Result<(), String> {
         let path: Arc<str> = Arc::from(path);
         if self
             .tree
@@ -523,17 +552,14 @@ impl TreeBuilder {
         }
         drop(order);
         for (parent, names) in children {
-            let node = tree
-                .node_mut(&parent)
-                .expect("parents were looked up above");
-            node.children = names.into_iter().collect();
+            tree.children.insert(parent, names.into_iter().collect());
         }
         for (path, node) in tree.nodes.iter() {
-            if node.children.len() != node.stat.num_children as usize {
+            let found = tree.children.get(&**path).map_or(0, Children::len);
+            if found != node.stat.num_children as usize {
                 return Err(format!(
-                    "node {path} records {} children but {} were found",
+                    "node {path} records {} children but {found} were found",
                     node.stat.num_children,
-                    node.children.len()
                 ));
             }
         }
@@ -908,10 +934,8 @@ mod tests {
             .expect("rebuilds");
         assert_eq!(rebuilt.len(), 4);
         assert!(rebuilt
-            .node("/a")
-            .expect("exists")
-            .children
-            .contains("/a/e"));
+            .children("/a")
+            .is_some_and(|children| children.contains("/a/e")));
         assert_eq!(rebuilt.ephemerals_of(7).count(), 1);
         assert_eq!(rebuilt.containers.len(), 1);
     }

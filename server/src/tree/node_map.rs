@@ -115,7 +115,6 @@ mod tests {
             data: Box::default(),
             stat: Default::default(),
             kind: NodeKind::Persistent,
-            children: Default::default(),
             sequence: 0,
         };
         node.stat.version = version;
