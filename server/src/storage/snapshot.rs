@@ -390,7 +390,13 @@ pub fn retain(dir: &Path, keep: usize) -> Result<Option<Zxid>, SnapshotError> {
     let snapshots = list(dir)?;
     let keep = keep.max(1);
     for old in snapshots.iter().skip(keep) {
-        fs::remove_file(&old.path).map_err(io_error(&old.path))?;
+        // Out of the way first (a crash leaves a temporary, removed at the
+        // next start), then freed in steps (see `delete_gradually`).
+        let mut doomed = old.path.clone().into_os_string();
+        doomed.push(TEMP_SUFFIX);
+        let doomed = PathBuf::from(doomed);
+        fs::rename(&old.path, &doomed).map_err(io_error(&old.path))?;
+        crate::storage::delete_gradually(&doomed).map_err(io_error(&doomed))?;
     }
     if snapshots.len() > keep {
         sync_dir(dir)?;

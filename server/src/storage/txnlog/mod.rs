@@ -113,7 +113,14 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(Zxid, PathBuf)>, StorageError> {
 /// Deletes oldest first and syncs the directory after each one, so that a
 /// crash in the middle leaves a shorter log, never one with a hole (which
 /// the reader would rightly call a gap).
+///
+/// A segment leaves the log by a rename (to `<name>.purging`, which no
+/// reader lists) and is then freed in steps
+/// ([`delete_gradually`](crate::storage::delete_gradually)), so the log's
+/// own fdatasync never waits behind one long unlink. Leftovers of a crash
+/// in the middle are removed by the next purge.
 pub fn purge(dir: &Path, keep_after_zxid: Zxid) -> Result<Vec<PathBuf>, StorageError> {
+    remove_leftovers(dir)?;
     let segments = list_segments(dir)?;
     let mut deleted = Vec::new();
     for pair in segments.windows(2) {
@@ -121,12 +128,37 @@ pub fn purge(dir: &Path, keep_after_zxid: Zxid) -> Result<Vec<PathBuf>, StorageE
         if *next_first_zxid > keep_after_zxid.saturating_add(1) {
             break;
         }
-        fs::remove_file(path).map_err(StorageError::io("delete", path))?;
+        let mut purging = path.clone().into_os_string();
+        purging.push(PURGING_SUFFIX);
+        let purging = PathBuf::from(purging);
+        fs::rename(path, &purging).map_err(StorageError::io("rename", path))?;
         sync_dir(dir)?;
+        crate::storage::delete_gradually(&purging).map_err(StorageError::io("delete", &purging))?;
         info!(path = %path.display(), first_zxid, keep_after_zxid, "purged log segment");
         deleted.push(path.clone());
     }
     Ok(deleted)
+}
+
+/// What a segment being purged is renamed to end with.
+const PURGING_SUFFIX: &str = ".purging";
+
+/// Deletes segments a crash left half-purged.
+fn remove_leftovers(dir: &Path) -> Result<(), StorageError> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .ends_with(PURGING_SUFFIX)
+        {
+            let path = entry.path();
+            crate::storage::delete_gradually(&path).map_err(StorageError::io("delete", &path))?;
+        }
+    }
+    Ok(())
 }
 
 /// Makes the directory's entries (files created, deleted) durable.

@@ -710,3 +710,16 @@ fn writer_refuses_a_stale_tail() {
     let err = TxnLogWriter::open(dir.path(), &tail, TxnLogOptions::default()).expect_err("stale");
     assert!(matches!(err, StorageError::TailMismatch { .. }), "{err}");
 }
+
+// Proves a segment half-purged by a crash (renamed, partly shrunk) is not read as part of the log and is removed by the next purge.
+#[test]
+fn a_half_purged_segment_is_ignored_then_removed() {
+    let dir = TempDir::new("half-purged");
+    let leftover = dir
+        .path()
+        .join(format!("{}.purging", format::segment_file_name(7)));
+    fs::write(&leftover, vec![9u8; 3 * 1024 * 1024 + 5]).expect("write");
+    assert!(list_segments(dir.path()).expect("list").is_empty());
+    assert!(purge(dir.path(), 0).expect("purge").is_empty());
+    assert!(!leftover.exists(), "the leftover was deleted");
+}
