@@ -99,11 +99,7 @@ pub async fn herd_lock(
     ready: Option<&Arc<AtomicUsize>>,
 ) -> Result<String> {
     let node = create_in_dir(client, dir).await?;
-    let name = node
-        .rsplit('/')
-        .next()
-        .ok_or_else(|| anyhow!("created node {node} has no name"))?
-        .to_owned();
+    let name = super::node_name(&node)?;
     let mut signalled = false;
     loop {
         let (mut names, watch) = client.get_children_watch(dir).await?;

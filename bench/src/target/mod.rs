@@ -358,6 +358,14 @@ pub const CONNECTS_IN_PARALLEL: usize = 32;
 
 /// The sequence number a sequential node's name ends with (`u64::MAX` when
 /// it has none, sorting such names last).
+/// The last segment of a created node's path: its name in the listing.
+pub fn node_name(node: &str) -> anyhow::Result<String> {
+    node.rsplit('/')
+        .next()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("created node {node} has no name"))
+}
+
 pub fn sequence(name: &str) -> u64 {
     let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
     name[name.len() - digits..].parse().unwrap_or(u64::MAX)

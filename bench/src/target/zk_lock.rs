@@ -61,11 +61,7 @@ pub async fn acquire(
     ready: Option<&Arc<AtomicUsize>>,
 ) -> Result<ZkGuard> {
     let node = create_node(session, dir).await?;
-    let name = node
-        .rsplit('/')
-        .next()
-        .ok_or_else(|| anyhow!("created node {node} has no name"))?
-        .to_owned();
+    let name = super::node_name(&node)?;
     let mut signalled = false;
     let mut signal = || {
         if !signalled {
