@@ -342,15 +342,20 @@ impl DataTree {
             sequence: 0,
         };
         self.nodes.insert(key.clone(), Arc::new(node));
-        let parent_key = self
-            .nodes
-            .get_key_value(parent_path)
-            .map(|(parent_key, _)| parent_key.clone())
-            .expect("check_op verified the parent exists");
-        self.children
-            .entry(parent_key)
-            .or_default()
-            .insert(ChildName::new(key));
+        let child = ChildName::new(key);
+        if let Some(siblings) = self.children.get_mut(parent_path) {
+            siblings.insert(child);
+        } else {
+            // A parent's first child: its key (the shared path) is looked
+            // up once, not on every create.
+            let parent_key = self
+                .nodes
+                .get_key_value(parent_path)
+                .map(|(parent_key, _)| parent_key.clone())
+                .expect("check_op verified the parent exists");
+            self.children
+                .insert(parent_key, [child].into_iter().collect());
+        }
         changes.push(Change::Created(path.to_owned()));
         changes.push(Change::ChildrenChanged(parent_path.to_owned()));
         stat
