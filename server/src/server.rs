@@ -16,7 +16,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigError};
 use crate::context::Shared;
@@ -48,6 +48,8 @@ pub enum ServerError {
     Storage(#[from] StorageError),
     #[error("{path} is in use by another arbord (its LOCK file is held); stop that server or use another --data-dir")]
     Locked { path: PathBuf },
+    #[error("cannot start the committer thread: {0}")]
+    Committer(#[source] std::io::Error),
     #[error("i/o error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -125,14 +127,29 @@ async fn serve<L: Listener>(
         }
     }
     let stop_committer = CancellationToken::new();
-    let committer = tokio::spawn(run_committer(
-        commit_log,
-        proposals_rx,
-        shared.clone(),
-        epoch << 32,
-        Some(snapshotter),
-        stop_committer.clone(),
-    ));
+    let committer = {
+        let shared = shared.clone();
+        let stop = stop_committer.clone();
+        // Its own thread with its own small runtime: the log's blocking
+        // fdatasync never occupies an async worker, and a batch goes from
+        // the queue to the disk to the tree without changing threads.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(ServerError::Committer)?;
+        std::thread::Builder::new()
+            .name("arbor-commit".into())
+            .spawn(move || {
+                runtime.block_on(run_committer(
+                    commit_log,
+                    proposals_rx,
+                    shared,
+                    epoch << 32,
+                    Some(snapshotter),
+                    stop,
+                ));
+            })
+            .map_err(ServerError::Committer)?
+    };
     let background = TaskTracker::new();
     background.spawn(housekeeping::expire_sessions(shared.clone()));
     background.spawn(housekeeping::reap_nodes(shared.clone()));
@@ -196,12 +213,16 @@ async fn serve<L: Listener>(
     }
     background.wait().await;
     stop_committer.cancel();
-    let _ = committer.await;
-    // The committer dropped the log (its thread finished the last batch) and
-    // the snapshotter; let a snapshot in progress finish.
-    tokio::task::spawn_blocking(move || snapshot_thread.join())
-        .await
-        .ok();
+    // The committer finishes the queued batches, then drops the log and the
+    // snapshotter; then a snapshot in progress is let finish.
+    tokio::task::spawn_blocking(move || {
+        if committer.join().is_err() {
+            error!("the committer thread panicked");
+        }
+        snapshot_thread.join()
+    })
+    .await
+    .ok();
     info!(last_zxid = shared.last_zxid(), "stopped");
     drop(lock);
     Ok(())
@@ -266,7 +287,7 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
         );
     }
     let writer = TxnLogWriter::open(&layout.log_dir, &recovery.tail, options)?;
-    let commit_log = WalCommitLog::start(writer).map_err(io(&layout.log_dir))?;
+    let commit_log = WalCommitLog::new(writer);
     let (snapshotter, snapshot_thread) = snapshotter::start(SnapshotPolicy {
         snapshot_dir: layout.snapshot_dir.clone(),
         log_dir: layout.log_dir.clone(),
