@@ -43,14 +43,14 @@ pub fn execute(
             }
             Ok(OpResult::Data {
                 data: n.data.to_vec(),
-                stat: n.stat,
+                stat: n.stat(),
             })
         }),
         Op::Exists { path, watch: set } => check_path(path).and_then(|()| {
             if *set {
                 watch(WatchKind::Data, path)?;
             }
-            Ok(OpResult::Exists(state.tree.node(path).map(|n| n.stat)))
+            Ok(OpResult::Exists(state.tree.node(path).map(|n| n.stat())))
         }),
         Op::GetChildren { path, watch: set } => node(path).and_then(|n| {
             if *set {
@@ -61,7 +61,7 @@ pub fn execute(
                     .into_iter()
                     .map(|child| child.name().to_owned())
                     .collect(),
-                stat: n.stat,
+                stat: n.stat(),
             })
         }),
         Op::GetChildrenWithStat { path, watch: set } => node(path).and_then(|n| {
@@ -74,13 +74,13 @@ pub fn execute(
                     let node = state.tree.node(child.path())?;
                     Some(ChildEntry {
                         name: child.name().to_owned(),
-                        stat: node.stat,
+                        stat: node.stat(),
                     })
                 })
                 .collect();
             Ok(OpResult::ChildrenWithStat {
                 children,
-                stat: n.stat,
+                stat: n.stat(),
             })
         }),
         Op::ChildrenBelow {
@@ -111,13 +111,13 @@ pub fn execute(
                     let node = state.tree.node(child.path())?;
                     Some(ChildEntry {
                         name: child.name().to_owned(),
-                        stat: node.stat,
+                        stat: node.stat(),
                     })
                 })
                 .collect();
             OpResult::ChildrenWithStat {
                 children,
-                stat: n.stat,
+                stat: n.stat(),
             }
         }),
         // Standalone, every acknowledged write is already applied, and this
@@ -173,8 +173,8 @@ fn set_watches(
         check_path(path)?;
         match state.tree.node(path) {
             None => fired.push(event(EventType::NodeDeleted, path, state.last_zxid())),
-            Some(n) if n.stat.mzxid > after => {
-                fired.push(event(EventType::NodeDataChanged, path, n.stat.mzxid))
+            Some(n) if n.mzxid > after => {
+                fired.push(event(EventType::NodeDataChanged, path, n.mzxid))
             }
             Some(_) => register.push((WatchKind::Data, path)),
         }
@@ -182,7 +182,7 @@ fn set_watches(
     for path in watches.exist.iter() {
         check_path(path)?;
         match state.tree.node(path) {
-            Some(n) => fired.push(event(EventType::NodeCreated, path, n.stat.czxid)),
+            Some(n) => fired.push(event(EventType::NodeCreated, path, n.czxid)),
             None => register.push((WatchKind::Data, path)),
         }
     }
@@ -190,8 +190,8 @@ fn set_watches(
         check_path(path)?;
         match state.tree.node(path) {
             None => fired.push(event(EventType::NodeDeleted, path, state.last_zxid())),
-            Some(n) if n.stat.pzxid > after => {
-                fired.push(event(EventType::NodeChildrenChanged, path, n.stat.pzxid))
+            Some(n) if n.pzxid > after => {
+                fired.push(event(EventType::NodeChildrenChanged, path, n.pzxid))
             }
             Some(_) => register.push((WatchKind::Child, path)),
         }
@@ -210,12 +210,11 @@ fn set_watches(
         check_path(path)?;
         register.push((kind, path));
         if let Some(n) = state.tree.node(path) {
-            if n.stat.mzxid > after {
-                fired.push(event(EventType::NodeDataChanged, path, n.stat.mzxid));
+            if n.mzxid > after {
+                fired.push(event(EventType::NodeDataChanged, path, n.mzxid));
             }
-            if kind == WatchKind::Persistent && n.stat.pzxid > after && n.stat.pzxid != n.stat.czxid
-            {
-                fired.push(event(EventType::NodeChildrenChanged, path, n.stat.pzxid));
+            if kind == WatchKind::Persistent && n.pzxid > after && n.pzxid != n.czxid {
+                fired.push(event(EventType::NodeChildrenChanged, path, n.pzxid));
             }
         }
     }

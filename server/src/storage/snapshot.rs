@@ -213,8 +213,8 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
         let record = RecordOut::Node {
             path: node_path,
             data: &node.data,
-            stat: &node.stat,
-            kind: &node.kind,
+            stat: &node.stat(),
+            kind: &node.kind(),
             sequence: node.sequence,
         };
         write_record(&mut out, &mut body, &record, &temp)?;
@@ -320,12 +320,7 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
                 kind,
                 sequence,
             } => {
-                let node = Node {
-                    data: data.into(),
-                    stat,
-                    kind,
-                    sequence,
-                };
+                let node = Node::restore(data.into(), &stat, kind, sequence);
                 nodes
                     .add(node_path, node)
                     .map_err(|reason| corrupt(record_offset, reason))?;
@@ -469,8 +464,8 @@ mod tests {
                 b.tree.node(path).expect("in b"),
             );
             assert_eq!(
-                (x.stat, &x.data, x.kind, x.sequence),
-                (y.stat, &y.data, y.kind, y.sequence)
+                (x.stat(), &x.data, x.kind(), x.sequence),
+                (y.stat(), &y.data, y.kind(), y.sequence)
             );
         }
         assert_eq!(a.session(9), b.session(9));

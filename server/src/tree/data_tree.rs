@@ -16,7 +16,7 @@ use arbor_protocol::{
 
 use super::children::{ChildName, Children};
 use super::node::{Node, NodeKind};
-use super::node_map::NodeMap;
+use super::node_map::{NodeMap, NodeRef};
 use crate::txn::Txn;
 
 /// Children one node may have. A constant, not a setting: apply must give the
@@ -104,9 +104,9 @@ impl<'a> Overlay<'a> {
         match self.changed.get(path) {
             Some(shadow) => *shadow,
             None => self.tree.nodes.get(path).map(|node| Shadow {
-                version: node.stat.version,
+                version: node.version,
                 ephemeral: node.is_ephemeral(),
-                num_children: node.stat.num_children,
+                num_children: node.num_children,
                 sequence: node.sequence,
             }),
         }
@@ -124,14 +124,9 @@ fn version_matches(expected: i32, actual: i32) -> bool {
 impl DataTree {
     /// A tree holding only the root `/`.
     pub fn new() -> Self {
-        let root = Node {
-            data: Box::default(),
-            stat: Stat::default(),
-            kind: NodeKind::Persistent,
-            sequence: 0,
-        };
+        let root = Node::new(&[], NodeKind::Persistent, 0, 0, 0);
         let mut nodes = NodeMap::new();
-        nodes.insert(Arc::from("/"), Arc::new(root));
+        nodes.insert(Arc::from("/"), NodeRef::new(root));
         Self {
             nodes,
             children: HashMap::default(),
@@ -287,12 +282,11 @@ impl DataTree {
                     .node_mut(path)
                     .expect("check_op verified the node exists");
                 node.data = data.as_slice().into();
-                node.stat.version = node.stat.version.wrapping_add(1);
-                node.stat.mzxid = zxid;
-                node.stat.mtime_ms = time_ms;
-                node.stat.data_length = data.len() as u32;
+                node.version = node.version.wrapping_add(1);
+                node.mzxid = zxid;
+                node.mtime_ms = time_ms;
                 changes.push(Change::DataChanged(path.clone()));
-                OpResult::SetData(node.stat)
+                OpResult::SetData(node.stat())
             }
         }
     }
@@ -314,34 +308,17 @@ impl DataTree {
             .expect("check_op verified the parent exists");
         let key: Arc<str> = Arc::from(path);
 
-        parent.stat.num_children += 1;
-        parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
-        parent.stat.pzxid = zxid;
+        parent.num_children += 1;
+        parent.cversion = parent.cversion.wrapping_add(1);
+        parent.pzxid = zxid;
         if mode.is_sequential() {
             parent.sequence += 1;
         }
-        let stat = Stat {
-            czxid: zxid,
-            mzxid: zxid,
-            pzxid: zxid,
-            ctime_ms: time_ms,
-            mtime_ms: time_ms,
-            version: 0,
-            cversion: 0,
-            aversion: 0,
-            ephemeral_owner: owner,
-            data_length: data.len() as u32,
-            num_children: 0,
-        };
         let kind = NodeKind::of(mode);
         self.index(path, kind, owner);
-        let node = Node {
-            data: data.into(),
-            stat,
-            kind,
-            sequence: 0,
-        };
-        self.nodes.insert(key.clone(), Arc::new(node));
+        let node = Node::new(data, kind, owner, zxid, time_ms);
+        let stat = node.stat();
+        self.nodes.insert(key.clone(), NodeRef::new(node));
         let child = ChildName::new(key);
         if let Some(siblings) = self.children.get_mut(parent_path) {
             siblings.insert(child);
@@ -370,9 +347,9 @@ impl DataTree {
             !self.children.contains_key(path),
             "only childless nodes are removed"
         );
-        match node.kind {
+        match node.kind() {
             NodeKind::Ephemeral => {
-                let owner = node.stat.ephemeral_owner;
+                let owner = node.ephemeral_owner();
                 if let Some(set) = self.ephemerals.get_mut(&owner) {
                     set.remove(path);
                     if set.is_empty() {
@@ -390,9 +367,9 @@ impl DataTree {
         }
         if let Some(parent_path) = path::parent(path) {
             if let Some(parent) = self.node_mut(parent_path) {
-                parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
-                parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
-                parent.stat.pzxid = zxid;
+                parent.num_children = parent.num_children.saturating_sub(1);
+                parent.cversion = parent.cversion.wrapping_add(1);
+                parent.pzxid = zxid;
             }
             if let Some(siblings) = self.children.get_mut(parent_path) {
                 siblings.remove(path);
@@ -430,10 +407,10 @@ impl DataTree {
         changes: &mut Vec<Change>,
     ) -> Result<(), ErrorCode> {
         let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
-        if node.kind != NodeKind::Container {
+        if node.kind() != NodeKind::Container {
             return Err(ErrorCode::BadArguments);
         }
-        if node.stat.num_children > 0 || node.stat.cversion == 0 {
+        if node.num_children > 0 || node.cversion == 0 {
             return Err(ErrorCode::NotEmpty);
         }
         self.remove(path, zxid, changes);
@@ -449,10 +426,10 @@ impl DataTree {
         changes: &mut Vec<Change>,
     ) -> Result<(), ErrorCode> {
         let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
-        let NodeKind::Ttl { ttl_ms } = node.kind else {
+        let NodeKind::Ttl { ttl_ms } = node.kind() else {
             return Err(ErrorCode::BadArguments);
         };
-        if node.stat.num_children > 0 {
+        if node.num_children > 0 {
             return Err(ErrorCode::NotEmpty);
         }
         if !ttl_elapsed(node, ttl_ms, time_ms) {
@@ -469,16 +446,18 @@ impl DataTree {
         let containers = self.containers.iter().filter(|path| {
             self.nodes
                 .get(path.as_str())
-                .is_some_and(|n| n.stat.num_children == 0 && n.stat.cversion > 0)
+                .is_some_and(|n| n.num_children == 0 && n.cversion > 0)
         });
         let containers = containers.map(|path| Txn::ReapContainer { path: path.clone() });
         let ttls = self.ttls.iter().filter(|path| {
-            self.nodes.get(path.as_str()).is_some_and(|n| match n.kind {
-                NodeKind::Ttl { ttl_ms } => {
-                    n.stat.num_children == 0 && ttl_elapsed(n, ttl_ms, now_ms)
-                }
-                _ => false,
-            })
+            self.nodes
+                .get(path.as_str())
+                .is_some_and(|n| match n.kind() {
+                    NodeKind::Ttl { ttl_ms } => {
+                        n.num_children == 0 && ttl_elapsed(n, ttl_ms, now_ms)
+                    }
+                    _ => false,
+                })
         });
         let ttls = ttls.map(|path| Txn::ReapTtl { path: path.clone() });
         containers.chain(ttls).take(limit).collect()
@@ -520,7 +499,7 @@ impl TreeBuilder {
         if self
             .tree
             .nodes
-            .insert(path.clone(), Arc::new(node))
+            .insert(path.clone(), NodeRef::new(node))
             .is_some()
         {
             return Err(format!("node {path} appears twice"));
@@ -541,7 +520,7 @@ impl TreeBuilder {
         let mut children: HashMap<Arc<str>, Vec<ChildName>> = HashMap::new();
         for path in &order {
             let node = tree.nodes.get(path).expect("added above");
-            let (kind, owner) = (node.kind, node.stat.ephemeral_owner);
+            let (kind, owner) = (node.kind(), node.ephemeral_owner());
             tree.index(path, kind, owner);
             let Some(parent) = path::parent(path) else {
                 continue;
@@ -561,10 +540,10 @@ impl TreeBuilder {
         }
         for (path, node) in tree.nodes.iter() {
             let found = tree.children.get(&**path).map_or(0, Children::len);
-            if found != node.stat.num_children as usize {
+            if found != node.num_children as usize {
                 return Err(format!(
                     "node {path} records {} children but {found} were found",
-                    node.stat.num_children,
+                    node.num_children,
                 ));
             }
         }
@@ -573,7 +552,7 @@ impl TreeBuilder {
 }
 
 fn ttl_elapsed(node: &Node, ttl_ms: u64, now_ms: u64) -> bool {
-    now_ms.saturating_sub(node.stat.mtime_ms) >= ttl_ms
+    now_ms.saturating_sub(node.mtime_ms) >= ttl_ms
 }
 
 /// Checks one op against the overlay and records its effect there. For a
@@ -693,13 +672,13 @@ mod tests {
         create(&mut tree, "/a", CreateMode::Persistent, 5).expect("created");
         create(&mut tree, "/a/b", CreateMode::Persistent, 6).expect("created");
         let a = tree.node("/a").expect("exists");
-        assert_eq!((a.stat.czxid, a.stat.mzxid, a.stat.pzxid), (5, 5, 6));
+        assert_eq!((a.czxid, a.mzxid, a.pzxid), (5, 5, 6));
         assert_eq!(
-            (a.stat.cversion, a.stat.num_children, a.stat.data_length),
+            (a.cversion, a.num_children, a.stat().data_length),
             (1, 1, 1)
         );
         let b = tree.node("/a/b").expect("exists");
-        assert_eq!((b.stat.czxid, b.stat.pzxid, b.stat.ctime_ms), (6, 6, T));
+        assert_eq!((b.czxid, b.pzxid, b.ctime_ms), (6, 6, T));
     }
 
     #[test]
@@ -777,10 +756,7 @@ mod tests {
             ]
         );
         let a = tree.node("/a").expect("exists");
-        assert_eq!(
-            (a.stat.num_children, a.stat.cversion, a.stat.pzxid),
-            (0, 2, 3)
-        );
+        assert_eq!((a.num_children, a.cversion, a.pzxid), (0, 2, 3));
     }
 
     #[test]
@@ -859,7 +835,7 @@ mod tests {
             "{outcomes:?}"
         );
         assert!(tree.node("/p/c").is_none());
-        assert_eq!(tree.node("/p").expect("exists").stat.cversion, 2);
+        assert_eq!(tree.node("/p").expect("exists").cversion, 2);
     }
 
     #[test]
@@ -952,7 +928,7 @@ mod tests {
         let orphan = (String::from("/x/y"), root.clone());
         assert!(DataTree::from_nodes([("/".to_owned(), root.clone()), orphan]).is_err());
         let mut lying = root.clone();
-        lying.stat.num_children = 3;
+        lying.num_children = 3;
         assert!(DataTree::from_nodes([("/".to_owned(), lying)]).is_err());
     }
 }
