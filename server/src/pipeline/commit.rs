@@ -36,7 +36,7 @@ pub struct Proposal {
 pub enum CommitError {
     #[error("write-ahead log: {0}")]
     Log(#[from] crate::storage::error::StorageError),
-    #[error("the write-ahead log thread has stopped")]
+    #[error("the write-ahead log failed earlier and takes no more writes")]
     Stopped,
 }
 
