@@ -1,10 +1,11 @@
 //! The state every part of a running server shares, each piece with one
-//! owner-lock. Lock order, where more than one is held: `state` → `watches`
-//! → `connections` → `tracker`. None is ever held across an `.await`.
+//! owner-lock. Lock order, where more than one is held: the committer's
+//! order → `state` → `watches` → `connections` → `tracker`. None is ever held
+//! across an `.await`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arbor_protocol::Zxid;
+use arbor_protocol::{ErrorCode, Zxid};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -13,7 +14,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::net::ConnectionRegistry;
 use crate::pipeline::apply::StateMachine;
-use crate::pipeline::commit::Proposal;
+use crate::pipeline::commit::{Committer, Proposal};
 use crate::session::SessionTracker;
 use crate::watch::WatchManager;
 
@@ -28,14 +29,22 @@ pub struct Shared {
     pub tracker: Mutex<SessionTracker>,
     /// Copy of `state.last_zxid()`, for replies that need no lock.
     last_zxid: AtomicU64,
-    /// Writes on their way to the committer (bounded: back-pressure).
-    pub proposals: mpsc::Sender<Proposal>,
+    /// Writes on their way to the commit thread (bounded: back-pressure).
+    proposals: mpsc::Sender<Proposal>,
+    /// The order of writes; see [`Shared::propose`] and
+    /// [`Committer::try_commit_now`].
+    pub committer: Committer,
     /// Cancelled when the server begins to shut down.
     pub shutdown: CancellationToken,
 }
 
 impl Shared {
-    pub fn new(config: Config, state: StateMachine, proposals: mpsc::Sender<Proposal>) -> Self {
+    pub fn new(
+        config: Config,
+        state: StateMachine,
+        proposals: mpsc::Sender<Proposal>,
+        committer: Committer,
+    ) -> Self {
         let last_zxid = AtomicU64::new(state.last_zxid());
         Self {
             clock: Clock::new(),
@@ -45,9 +54,15 @@ impl Shared {
             state: RwLock::new(state),
             last_zxid,
             proposals,
+            committer,
             shutdown: CancellationToken::new(),
             config,
         }
+    }
+
+    /// Queues a write for the commit thread; waits while the queue is full.
+    pub async fn propose(&self, proposal: Proposal) -> Result<(), ErrorCode> {
+        self.committer.propose(&self.proposals, proposal).await
     }
 
     pub fn last_zxid(&self) -> Zxid {

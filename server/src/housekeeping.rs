@@ -69,7 +69,7 @@ async fn propose_own(shared: &Shared, txn: Txn) -> bool {
         reply: None,
     };
     tokio::select! {
-        sent = shared.proposals.send(proposal) => sent.is_ok(),
+        sent = shared.propose(proposal) => sent.is_ok(),
         () = shared.shutdown.cancelled() => false,
     }
 }

@@ -23,13 +23,12 @@ use crate::context::Shared;
 use crate::housekeeping;
 use crate::net::{self, Listener};
 use crate::pipeline::apply::StateMachine;
-use crate::pipeline::commit::run_committer;
+use crate::pipeline::commit::{run_committer, Committer};
 use crate::storage::error::StorageError;
 use crate::storage::recovery::{self, DataLayout, RecoveryError};
 use crate::storage::snapshot;
 use crate::storage::snapshotter::{self, SnapshotPolicy, SnapshotThread, Snapshotter};
 use crate::storage::txnlog::{FsyncPolicy, TxnLogOptions, TxnLogWriter};
-use crate::storage::wal::WalCommitLog;
 
 /// How long a refused connection may take to receive its explanation.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -116,7 +115,8 @@ async fn serve<L: Listener>(
         lock,
     } = storage;
     let (proposals_tx, proposals_rx) = mpsc::channel(config.commit_queue_max);
-    let shared = Arc::new(Shared::new(config, state, proposals_tx));
+    let committer = Committer::new(commit_log, epoch << 32, Some(snapshotter));
+    let shared = Arc::new(Shared::new(config, state, proposals_tx, committer));
     {
         // After a restart every session gets a full timeout to reconnect.
         let now_ms = shared.clock.monotonic_ms();
@@ -127,7 +127,7 @@ async fn serve<L: Listener>(
         }
     }
     let stop_committer = CancellationToken::new();
-    let committer = {
+    let commit_thread = {
         let shared = shared.clone();
         let stop = stop_committer.clone();
         // Its own thread with its own small runtime: the log's blocking
@@ -138,16 +138,7 @@ async fn serve<L: Listener>(
             .map_err(ServerError::Committer)?;
         std::thread::Builder::new()
             .name("arbor-commit".into())
-            .spawn(move || {
-                runtime.block_on(run_committer(
-                    commit_log,
-                    proposals_rx,
-                    shared,
-                    epoch << 32,
-                    Some(snapshotter),
-                    stop,
-                ));
-            })
+            .spawn(move || runtime.block_on(run_committer(proposals_rx, shared, stop)))
             .map_err(ServerError::Committer)?
     };
     let background = TaskTracker::new();
@@ -216,7 +207,7 @@ async fn serve<L: Listener>(
     // The committer finishes the queued batches, then drops the log and the
     // snapshotter; then a snapshot in progress is let finish.
     tokio::task::spawn_blocking(move || {
-        if committer.join().is_err() {
+        if commit_thread.join().is_err() {
             error!("the committer thread panicked");
         }
         snapshot_thread.join()
@@ -232,7 +223,7 @@ async fn serve<L: Listener>(
 struct OpenedStorage {
     state: StateMachine,
     epoch: u64,
-    commit_log: WalCommitLog,
+    commit_log: TxnLogWriter,
     snapshotter: Snapshotter,
     snapshot_thread: SnapshotThread,
     /// Held (locked) for as long as the server runs.
@@ -287,7 +278,6 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
         );
     }
     let writer = TxnLogWriter::open(&layout.log_dir, &recovery.tail, options)?;
-    let commit_log = WalCommitLog::new(writer);
     let (snapshotter, snapshot_thread) = snapshotter::start(SnapshotPolicy {
         snapshot_dir: layout.snapshot_dir.clone(),
         log_dir: layout.log_dir.clone(),
@@ -298,7 +288,7 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
     Ok(OpenedStorage {
         state: recovery.state,
         epoch: recovery.epoch,
-        commit_log,
+        commit_log: writer,
         snapshotter,
         snapshot_thread,
         lock,

@@ -10,12 +10,13 @@
 //!
 //! The responder answers pending items strictly in arrival order: it waits
 //! for a write's result before it runs a later read, so a session reads its
-//! own writes and its replies come back in request order. A read that finds
-//! nothing owed ahead of it is answered by the reader itself, straight into
-//! the outbound queue: the same order, one task hand-off less on the path a
-//! lone client waits on. Watch events go into the same outbound queue during
-//! apply, before any reply that could reflect the change is made, so a
-//! client always sees the event first.
+//! own writes and its replies come back in request order. A request that
+//! finds nothing owed ahead of it is answered by the reader itself, straight
+//! into the outbound queue: a read at once, a write committed on the spot
+//! when the committer is idle (see [`crate::pipeline::commit`]). Same order,
+//! fewer hand-offs on the path a lone client waits on. Watch events go into
+//! the same outbound queue during apply, before any reply that could reflect
+//! the change is made, so a client always sees the event first.
 //!
 //! A frame that breaks the protocol (too large, undecodable, a second
 //! handshake) is answered with `Closing` after the replies already owed, and
@@ -41,7 +42,7 @@ use tracing::{debug, info, warn};
 
 use crate::context::Shared;
 use crate::net::ConnectionHandle;
-use crate::pipeline::commit::Proposal;
+use crate::pipeline::commit::{Proposal, WriteResult};
 use crate::pipeline::prep::{prep_write, Requester};
 use crate::pipeline::read;
 use crate::session::negotiate_timeout_ms;
@@ -56,7 +57,6 @@ const WRITER_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
 
 type Frames<S> = FramedRead<ReadHalf<S>, FrameDecoder>;
-type WriteResult = Result<OpResult, ErrorCode>;
 
 /// A request that is owed an answer, in arrival order.
 enum Pending {
@@ -296,7 +296,8 @@ fn resume_session(
     Ok((session_id, record.password, record.timeout_ms))
 }
 
-/// Hands a txn to the committer; the receiver yields its result once applied.
+/// Queues a txn for the commit thread; the receiver yields its result once
+/// applied.
 async fn propose(shared: &Shared, txn: Txn) -> Result<oneshot::Receiver<WriteResult>, ErrorCode> {
     let (reply, result) = oneshot::channel();
     let proposal = Proposal {
@@ -304,11 +305,7 @@ async fn propose(shared: &Shared, txn: Txn) -> Result<oneshot::Receiver<WriteRes
         time_ms: shared.clock.wall_ms(),
         reply: Some(reply),
     };
-    shared
-        .proposals
-        .send(proposal)
-        .await
-        .map_err(|_| ErrorCode::Unavailable)?;
+    shared.propose(proposal).await?;
     Ok(result)
 }
 
@@ -393,18 +390,27 @@ async fn read_loop<S: AsyncRead>(
                 return;
             }
         };
-        let (item, last) = classify(shared, session_id, xid, op).await;
+        // Nothing owed ahead: the answer may skip the responder.
+        let owes_nothing = queues.owed.load(Ordering::Acquire) == 0;
+        let (item, last) = classify(shared, session_id, xid, op, owes_nothing).await;
+        let direct = match item {
+            Pending::Read { xid, op } if owes_nothing => {
+                let (result, zxid) = read::execute(shared, session_id, &op);
+                Ok(reply(xid, zxid, result))
+            }
+            Pending::Ready { xid, result } if owes_nothing => {
+                Ok(reply(xid, shared.last_zxid(), result))
+            }
+            item => Err(item),
+        };
         // A full queue means the client is not reading its answers; waiting
         // here is the back-pressure, but a closing connection must not wait.
-        let queued = match item {
-            Pending::Read { xid, op } if queues.owed.load(Ordering::Acquire) == 0 => {
-                let (result, zxid) = read::execute(shared, session_id, &op);
-                tokio::select! {
-                    sent = queues.outbound.send(reply(xid, zxid, result)) => sent.is_ok(),
-                    () = closer.cancelled() => false,
-                }
-            }
-            item => queues.queue(item, closer).await,
+        let queued = match direct {
+            Ok(message) => tokio::select! {
+                sent = queues.outbound.send(message) => sent.is_ok(),
+                () = closer.cancelled() => false,
+            },
+            Err(item) => queues.queue(item, closer).await,
         };
         if !queued || last {
             return;
@@ -413,8 +419,15 @@ async fn read_loop<S: AsyncRead>(
 }
 
 /// Turns one request into a pending answer. `true` if it is the last one
-/// this connection takes (the session is closing or gone).
-async fn classify(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> (Pending, bool) {
+/// this connection takes (the session is closing or gone). `inline`: nothing
+/// of this connection is unanswered, so a write may be committed right here.
+async fn classify(
+    shared: &Shared,
+    session_id: SessionId,
+    xid: u64,
+    op: Op,
+    inline: bool,
+) -> (Pending, bool) {
     let now_ms = shared.clock.monotonic_ms();
     if !shared.tracker.lock().touch(session_id, now_ms) {
         let result = Err(ErrorCode::SessionExpired);
@@ -443,7 +456,7 @@ async fn classify(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> (
                 session_id,
                 reason: CloseReason::Closed,
             };
-            (proposed(shared, xid, txn).await, true)
+            (proposed(shared, xid, txn, false).await, true)
         }
         op if op.is_write() => {
             let who = Requester {
@@ -451,7 +464,7 @@ async fn classify(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> (
                 active: true,
             };
             match prep_write(op, who, &shared.config) {
-                Ok(txn) => (proposed(shared, xid, txn).await, false),
+                Ok(txn) => (proposed(shared, xid, txn, inline).await, false),
                 Err(code) => (
                     Pending::Ready {
                         xid,
@@ -465,9 +478,24 @@ async fn classify(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> (
     }
 }
 
-async fn proposed(shared: &Shared, xid: u64, txn: Txn) -> Pending {
-    match propose(shared, txn).await {
-        Ok(result) => Pending::Write { xid, result },
+/// A write, committed at once on this thread when `inline` (nothing of this
+/// connection is unanswered) and the committer is idle; else queued.
+async fn proposed(shared: &Shared, xid: u64, txn: Txn, inline: bool) -> Pending {
+    let mut proposal = Proposal {
+        txn,
+        time_ms: shared.clock.wall_ms(),
+        reply: None,
+    };
+    if inline {
+        match shared.committer.try_commit_now(shared, proposal) {
+            Ok(result) => return Pending::Ready { xid, result },
+            Err(back) => proposal = back,
+        }
+    }
+    let (reply, result) = oneshot::channel();
+    proposal.reply = Some(reply);
+    match shared.propose(proposal).await {
+        Ok(()) => Pending::Write { xid, result },
         Err(code) => Pending::Ready {
             xid,
             result: Err(code),

@@ -1,16 +1,29 @@
 //! The commit step: total order, durability, apply, answer.
 //!
-//! One committer task owns the order. It takes every proposal queued while
-//! the previous batch was being made durable (group commit), numbers them with
-//! consecutive zxids, hands the batch to the [`CommitLog`] and, once the log
-//! says the batch is stable, applies it to the state machine under the write
-//! lock, fires watches, and answers each proposer. Watch events are queued to
+//! The [`Committer`] owns the order: the log, the last zxid and the snapshot
+//! trigger, behind one lock. Whoever holds it numbers a batch with
+//! consecutive zxids, makes the batch durable through the [`CommitLog`] (one
+//! sync per batch: group commit), applies it to the state machine under the
+//! write lock, fires watches and answers. Watch events are queued to
 //! connections during apply, before any reply that reflects the change.
+//!
+//! Two ways in:
+//! * the commit thread ([`run_committer`]) takes every proposal queued while
+//!   the previous batch was being synced; under load every write goes this way;
+//! * a connection whose write finds nothing queued, nobody committing and
+//!   no batching going on commits it itself, on its own thread
+//!   ([`Committer::try_commit_now`]). A lone write then costs its sync and no
+//!   thread hand-off: on a small machine the two wake-ups, to the commit
+//!   thread and back, cost about as much as the sync.
+//!
+//! A write goes inline only while no proposal is queued or being committed,
+//! so it never overtakes one proposed before it.
 
-use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arbor_protocol::{ErrorCode, OpResult, Zxid};
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info};
@@ -20,6 +33,9 @@ use crate::pipeline::apply::SessionChange;
 use crate::storage::snapshotter::Snapshotter;
 use crate::txn::{CloseReason, Txn, TxnEntry};
 
+/// What a write comes to: its result, or why it has none.
+pub type WriteResult = Result<OpResult, ErrorCode>;
+
 /// A write waiting for its place in the order.
 #[derive(Debug)]
 pub struct Proposal {
@@ -27,7 +43,7 @@ pub struct Proposal {
     /// Wall time fixed by prep.
     pub time_ms: u64,
     /// Where the result goes; `None` for server-made txns nobody waits on.
-    pub reply: Option<oneshot::Sender<Result<OpResult, ErrorCode>>>,
+    pub reply: Option<oneshot::Sender<WriteResult>>,
 }
 
 /// Why the log could not take a batch. The server stops: a write it cannot
@@ -36,19 +52,13 @@ pub struct Proposal {
 pub enum CommitError {
     #[error("write-ahead log: {0}")]
     Log(#[from] crate::storage::error::StorageError),
-    #[error("the write-ahead log failed earlier and takes no more writes")]
-    Stopped,
 }
 
-/// Where txns become durable before they are applied. Standalone: a local
-/// write-ahead log. In a cluster: Raft, whose state machine is the tree.
+/// Where txns become durable before they are applied. Standalone: the local
+/// write-ahead log.
 pub trait CommitLog: Send + 'static {
-    /// Makes `entries` durable, in order; returns them once all of them are.
-    /// (They are handed over and back so a log on another thread needs no copy.)
-    fn append(
-        &mut self,
-        entries: Vec<TxnEntry>,
-    ) -> impl Future<Output = Result<Vec<TxnEntry>, CommitError>> + Send;
+    /// Makes `entries` durable, in order, before it returns (it blocks).
+    fn append(&mut self, entries: &[TxnEntry]) -> Result<(), CommitError>;
 }
 
 /// A log that keeps nothing: writes are lost on restart. For tests of
@@ -66,21 +76,157 @@ impl MemoryLog {
 }
 
 impl CommitLog for MemoryLog {
-    async fn append(&mut self, entries: Vec<TxnEntry>) -> Result<Vec<TxnEntry>, CommitError> {
+    fn append(&mut self, entries: &[TxnEntry]) -> Result<(), CommitError> {
         self.appended += entries.len() as u64;
-        Ok(entries)
+        Ok(())
     }
 }
 
-/// Runs the committer until `stop` is cancelled and the queue is drained.
-/// Zxids continue from `last_zxid`. With `snapshots`, a snapshot is started
-/// every so many applied txns.
-pub async fn run_committer<L: CommitLog>(
-    mut log: L,
+/// The order's single writer, shared by the commit thread and the
+/// connections.
+pub struct Committer {
+    /// `None` once stopped, or after the log failed.
+    order: Mutex<Option<Order>>,
+    /// Proposals handed to the queue and not yet committed. Raised before a
+    /// proposal is queued and lowered after its batch is applied, so zero
+    /// under the lock means nothing proposed earlier is still waiting.
+    queued: AtomicUsize,
+    /// The commit thread's last batch held more than one write: writes are
+    /// arriving together, group commit is doing its job, and a connection
+    /// committing inline would hold up the other connections on its thread
+    /// for a sync. Inline commits wait until batches are single again.
+    batching: AtomicBool,
+}
+
+struct Order {
+    log: Box<dyn CommitLog>,
+    last_zxid: Zxid,
+    snapshots: Option<Snapshotter>,
+}
+
+impl Committer {
+    /// Zxids continue from `last_zxid`. With `snapshots`, a snapshot is
+    /// started every so many applied ops.
+    pub fn new(log: impl CommitLog, last_zxid: Zxid, snapshots: Option<Snapshotter>) -> Self {
+        Self {
+            order: Mutex::new(Some(Order {
+                log: Box::new(log),
+                last_zxid,
+                snapshots,
+            })),
+            queued: AtomicUsize::new(0),
+            batching: AtomicBool::new(false),
+        }
+    }
+
+    /// Queues a proposal for the commit thread, waiting while the queue is
+    /// full (back-pressure). Fails once the committer has stopped.
+    pub async fn propose(
+        &self,
+        queue: &mpsc::Sender<Proposal>,
+        proposal: Proposal,
+    ) -> Result<(), ErrorCode> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if queue.send(proposal).await.is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(ErrorCode::Unavailable);
+        }
+        Ok(())
+    }
+
+    /// Commits `proposal` on the calling thread if nothing is queued and
+    /// nobody is committing; otherwise hands it back, to be queued. The
+    /// caller must have no earlier write of its own still unanswered.
+    /// Blocks for the log's sync.
+    pub fn try_commit_now(
+        &self,
+        shared: &Shared,
+        proposal: Proposal,
+    ) -> Result<WriteResult, Proposal> {
+        if self.queued.load(Ordering::Acquire) != 0 || self.batching.load(Ordering::Relaxed) {
+            return Err(proposal);
+        }
+        let Some(mut order) = self.order.try_lock() else {
+            return Err(proposal);
+        };
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return Err(proposal);
+        }
+        let Proposal { txn, time_ms, .. } = proposal;
+        let inline = Proposal {
+            txn,
+            time_ms,
+            reply: None,
+        };
+        let mut results = commit(&mut order, shared, vec![inline]);
+        Ok(results.pop().unwrap_or(Err(ErrorCode::Internal)))
+    }
+
+    /// Commits a batch from the queue, waiting for the lock if a connection
+    /// is committing, and answers each proposer.
+    fn commit_queued(&self, shared: &Shared, batch: &mut Vec<Proposal>) {
+        let count = batch.len();
+        self.batching.store(count > 1, Ordering::Relaxed);
+        let replies: Vec<_> = batch.iter_mut().map(|p| p.reply.take()).collect();
+        let results = {
+            let mut order = self.order.lock();
+            commit(&mut order, shared, std::mem::take(batch))
+        };
+        self.queued.fetch_sub(count, Ordering::AcqRel);
+        for (reply, result) in replies.into_iter().zip(results) {
+            if let Some(reply) = reply {
+                // The proposer may have gone (connection closed); the write stands.
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    /// Takes no more writes; drops the log and the snapshotter (which lets
+    /// the snapshot thread finish).
+    fn stop(&self) -> Option<Zxid> {
+        self.order.lock().take().map(|order| order.last_zxid)
+    }
+}
+
+/// Numbers, logs and applies `batch` in order; one result per proposal.
+/// After a log failure nothing more is committed: `order` becomes `None`
+/// and the server shuts down.
+fn commit(order: &mut Option<Order>, shared: &Shared, batch: Vec<Proposal>) -> Vec<WriteResult> {
+    let Some(state) = order.as_mut() else {
+        return vec![Err(ErrorCode::Unavailable); batch.len()];
+    };
+    let entries: Vec<TxnEntry> = batch
+        .into_iter()
+        .zip(state.last_zxid + 1..)
+        .map(|(proposal, zxid)| TxnEntry {
+            zxid,
+            time_ms: proposal.time_ms,
+            txn: proposal.txn,
+        })
+        .collect();
+    if let Err(err) = state.log.append(&entries) {
+        // Nothing of this batch is acknowledged or applied: a write that may
+        // not be durable must never become visible.
+        let first_zxid = entries.first().map_or(0, |entry| entry.zxid);
+        error!(error = %err, first_zxid, "commit log failed; stopping the server");
+        *order = None;
+        shared.shutdown.cancel();
+        return vec![Err(ErrorCode::Unavailable); entries.len()];
+    }
+    state.last_zxid += entries.len() as Zxid;
+    let results = apply_batch(shared, &entries);
+    if let Some(snapshots) = state.snapshots.as_mut() {
+        let ops = entries.iter().map(|entry| entry.txn.op_count()).sum();
+        snapshots.applied(ops, shared);
+    }
+    results
+}
+
+/// Runs the commit thread's loop until `stop` is cancelled and the queue is
+/// drained, then stops the committer.
+pub async fn run_committer(
     mut proposals: mpsc::Receiver<Proposal>,
     shared: Arc<Shared>,
-    mut last_zxid: Zxid,
-    mut snapshots: Option<Snapshotter>,
     stop: CancellationToken,
 ) {
     let batch_max = shared.config.commit_batch_max;
@@ -97,48 +243,14 @@ pub async fn run_committer<L: CommitLog>(
         if received == 0 {
             break;
         }
-        let mut replies = Vec::with_capacity(batch.len());
-        let mut entries = Vec::with_capacity(batch.len());
-        for proposal in batch.drain(..) {
-            last_zxid += 1;
-            replies.push(proposal.reply);
-            entries.push(TxnEntry {
-                zxid: last_zxid,
-                time_ms: proposal.time_ms,
-                txn: proposal.txn,
-            });
-        }
-        let first_zxid = entries[0].zxid;
-        let entries = match log.append(entries).await {
-            Ok(entries) => entries,
-            Err(err) => {
-                // Nothing of this batch is acknowledged or applied: a write
-                // that may not be durable must never become visible.
-                error!(error = %err, first_zxid, "commit log failed; stopping the server");
-                for reply in replies.into_iter().flatten() {
-                    let _ = reply.send(Err(ErrorCode::Unavailable));
-                }
-                shared.shutdown.cancel();
-                break;
-            }
-        };
-        let results = apply_batch(&shared, &entries);
-        for (reply, result) in replies.into_iter().zip(results) {
-            if let Some(reply) = reply {
-                // The proposer may have gone (connection closed); the write stands.
-                let _ = reply.send(result);
-            }
-        }
-        if let Some(snapshots) = snapshots.as_mut() {
-            let ops = entries.iter().map(|entry| entry.txn.op_count()).sum();
-            snapshots.applied(ops, &shared);
-        }
+        shared.committer.commit_queued(&shared, &mut batch);
     }
-    debug!(last_zxid, "committer stopped");
+    let last_zxid = shared.committer.stop();
+    debug!(?last_zxid, "committer stopped");
 }
 
 /// Applies a durable batch, fires watches, and updates session liveness.
-fn apply_batch(shared: &Shared, entries: &[TxnEntry]) -> Vec<Result<OpResult, ErrorCode>> {
+fn apply_batch(shared: &Shared, entries: &[TxnEntry]) -> Vec<WriteResult> {
     let now_ms = shared.clock.monotonic_ms();
     let mut results = Vec::with_capacity(entries.len());
     let mut state = shared.state.write();
@@ -174,4 +286,62 @@ fn apply_batch(shared: &Shared, entries: &[TxnEntry]) -> Vec<Result<OpResult, Er
         results.push(applied.result);
     }
     results
+}
+
+#[cfg(test)]
+mod tests {
+    use arbor_protocol::{CreateMode, MultiOp};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::pipeline::apply::StateMachine;
+
+    fn create(path: &str) -> Proposal {
+        Proposal {
+            txn: Txn::Write {
+                session_id: 1,
+                op: MultiOp::Create {
+                    path: path.into(),
+                    data: Vec::new(),
+                    mode: CreateMode::Persistent,
+                },
+            },
+            time_ms: 0,
+            reply: None,
+        }
+    }
+
+    fn czxid(shared: &Shared, path: &str) -> Option<Zxid> {
+        shared.state.read().tree.node(path).map(|node| node.czxid)
+    }
+
+    #[tokio::test]
+    async fn an_inline_write_never_overtakes_a_queued_one() {
+        let (queue, mut proposals) = mpsc::channel(8);
+        let committer = Committer::new(MemoryLog::default(), 0, None);
+        let shared = Shared::new(Config::default(), StateMachine::new(), queue, committer);
+
+        shared.propose(create("/first")).await.expect("queued");
+        let refused = shared.committer.try_commit_now(&shared, create("/second"));
+        let second = refused.expect_err("a proposal is queued, so no inline commit");
+
+        let mut batch = Vec::new();
+        proposals.recv_many(&mut batch, 8).await;
+        shared.committer.commit_queued(&shared, &mut batch);
+        let result = shared.committer.try_commit_now(&shared, second);
+        assert!(
+            matches!(result, Ok(Ok(OpResult::Created { .. }))),
+            "{result:?}"
+        );
+        assert_eq!(czxid(&shared, "/first"), Some(1));
+        assert_eq!(czxid(&shared, "/second"), Some(2));
+
+        // A committer that has stopped answers Unavailable.
+        assert_eq!(shared.committer.stop(), Some(2));
+        let after = shared.committer.try_commit_now(&shared, create("/third"));
+        assert!(
+            matches!(after, Ok(Err(ErrorCode::Unavailable))),
+            "{after:?}"
+        );
+    }
 }
