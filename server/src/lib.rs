@@ -13,11 +13,15 @@
 //! A connection ([`net`]) decodes frames and keeps its session's requests in
 //! arrival order. A write is *prepped* into a [`txn::Txn`]: validated, with
 //! everything non-deterministic fixed (wall time, session ids, passwords). The
-//! single committer task gives each txn the next zxid, makes whole batches
-//! durable at once through the [`pipeline::commit::CommitLog`] (group commit),
-//! then applies them in zxid order to the state machine
+//! committer ([`pipeline::commit::Committer`], one lock) gives each txn the
+//! next zxid, makes whole batches durable at once through the
+//! [`pipeline::commit::CommitLog`] (group commit), then applies them in zxid
+//! order to the state machine
 //! ([`pipeline::apply::StateMachine`]: the [`tree::DataTree`] plus the session
-//! table) and answers. Apply is deterministic, so replaying the log rebuilds
+//! table) and answers. Queued writes are committed by the commit thread; a
+//! lone write on an idle server is committed by its connection's own thread,
+//! which saves two thread wake-ups per write and never overtakes a write
+//! proposed before it. Apply is deterministic, so replaying the log rebuilds
 //! the same state. Session creation, close and expiry are txns too: a
 //! session's ephemerals vanish through the log like any other write.
 //!

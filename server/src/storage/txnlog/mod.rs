@@ -116,7 +116,7 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(Zxid, PathBuf)>, StorageError> {
 ///
 /// A segment leaves the log by a rename (to `<name>.purging`, which no
 /// reader lists) and is then freed in steps
-/// ([`delete_gradually`](crate::storage::delete_gradually)), so the log's
+/// (`storage::delete_gradually`), so the log's
 /// own fdatasync never waits behind one long unlink. Leftovers of a crash
 /// in the middle are removed by the next purge.
 pub fn purge(dir: &Path, keep_after_zxid: Zxid) -> Result<Vec<PathBuf>, StorageError> {
