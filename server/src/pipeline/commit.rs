@@ -136,8 +136,9 @@ impl Committer {
 
     /// Commits `proposal` on the calling thread if nothing is queued and
     /// nobody is committing; otherwise hands it back, to be queued. The
-    /// caller must have no earlier write of its own still unanswered.
-    /// Blocks for the log's sync.
+    /// result is returned, not sent to `proposal.reply`. The caller must have
+    /// no earlier write of its own still unanswered. Blocks for the log's
+    /// sync.
     pub fn try_commit_now(
         &self,
         shared: &Shared,
@@ -152,13 +153,7 @@ impl Committer {
         if self.queued.load(Ordering::Acquire) != 0 {
             return Err(proposal);
         }
-        let Proposal { txn, time_ms, .. } = proposal;
-        let inline = Proposal {
-            txn,
-            time_ms,
-            reply: None,
-        };
-        let mut results = commit(&mut order, shared, vec![inline]);
+        let mut results = commit(&mut order, shared, std::iter::once(proposal));
         Ok(results.pop().unwrap_or(Err(ErrorCode::Internal)))
     }
 
@@ -170,7 +165,7 @@ impl Committer {
         let replies: Vec<_> = batch.iter_mut().map(|p| p.reply.take()).collect();
         let results = {
             let mut order = self.order.lock();
-            commit(&mut order, shared, std::mem::take(batch))
+            commit(&mut order, shared, batch.drain(..))
         };
         self.queued.fetch_sub(count, Ordering::AcqRel);
         for (reply, result) in replies.into_iter().zip(results) {
@@ -191,12 +186,15 @@ impl Committer {
 /// Numbers, logs and applies `batch` in order; one result per proposal.
 /// After a log failure nothing more is committed: `order` becomes `None`
 /// and the server shuts down.
-fn commit(order: &mut Option<Order>, shared: &Shared, batch: Vec<Proposal>) -> Vec<WriteResult> {
+fn commit(
+    order: &mut Option<Order>,
+    shared: &Shared,
+    batch: impl ExactSizeIterator<Item = Proposal>,
+) -> Vec<WriteResult> {
     let Some(state) = order.as_mut() else {
         return vec![Err(ErrorCode::Unavailable); batch.len()];
     };
     let entries: Vec<TxnEntry> = batch
-        .into_iter()
         .zip(state.last_zxid + 1..)
         .map(|(proposal, zxid)| TxnEntry {
             zxid,
