@@ -5,16 +5,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arbor_protocol::{ErrorCode, Zxid};
+use arbor_protocol::Zxid;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::net::ConnectionRegistry;
 use crate::pipeline::apply::StateMachine;
-use crate::pipeline::commit::{Committer, Proposal};
+use crate::pipeline::commit::Committer;
 use crate::session::SessionTracker;
 use crate::watch::WatchManager;
 
@@ -29,22 +28,15 @@ pub struct Shared {
     pub tracker: Mutex<SessionTracker>,
     /// Copy of `state.last_zxid()`, for replies that need no lock.
     last_zxid: AtomicU64,
-    /// Writes on their way to the commit thread (bounded: back-pressure).
-    proposals: mpsc::Sender<Proposal>,
-    /// The order of writes; see [`Shared::propose`] and
-    /// [`Committer::try_commit_now`].
+    /// The order of writes: [`Committer::propose`] queues one for the commit
+    /// thread, [`Committer::try_commit_now`] commits a lone one at once.
     pub committer: Committer,
     /// Cancelled when the server begins to shut down.
     pub shutdown: CancellationToken,
 }
 
 impl Shared {
-    pub fn new(
-        config: Config,
-        state: StateMachine,
-        proposals: mpsc::Sender<Proposal>,
-        committer: Committer,
-    ) -> Self {
+    pub fn new(config: Config, state: StateMachine, committer: Committer) -> Self {
         let last_zxid = AtomicU64::new(state.last_zxid());
         Self {
             clock: Clock::new(),
@@ -53,16 +45,10 @@ impl Shared {
             tracker: Mutex::new(SessionTracker::new(config.tick_ms)),
             state: RwLock::new(state),
             last_zxid,
-            proposals,
             committer,
             shutdown: CancellationToken::new(),
             config,
         }
-    }
-
-    /// Queues a write for the commit thread; waits while the queue is full.
-    pub async fn propose(&self, proposal: Proposal) -> Result<(), ErrorCode> {
-        self.committer.propose(&self.proposals, proposal).await
     }
 
     pub fn last_zxid(&self) -> Zxid {

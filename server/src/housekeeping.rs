@@ -69,7 +69,7 @@ async fn propose_own(shared: &Shared, txn: Txn) -> bool {
         reply: None,
     };
     tokio::select! {
-        sent = shared.propose(proposal) => sent.is_ok(),
+        sent = shared.committer.propose(proposal) => sent.is_ok(),
         () = shared.shutdown.cancelled() => false,
     }
 }

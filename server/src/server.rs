@@ -115,8 +115,8 @@ async fn serve<L: Listener>(
         lock,
     } = storage;
     let (proposals_tx, proposals_rx) = mpsc::channel(config.commit_queue_max);
-    let committer = Committer::new(commit_log, epoch << 32, Some(snapshotter));
-    let shared = Arc::new(Shared::new(config, state, proposals_tx, committer));
+    let committer = Committer::new(commit_log, epoch << 32, Some(snapshotter), proposals_tx);
+    let shared = Arc::new(Shared::new(config, state, committer));
     {
         // After a restart every session gets a full timeout to reconnect.
         let now_ms = shared.clock.monotonic_ms();

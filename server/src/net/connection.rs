@@ -305,7 +305,7 @@ async fn propose(shared: &Shared, txn: Txn) -> Result<oneshot::Receiver<WriteRes
         time_ms: shared.clock.wall_ms(),
         reply: Some(reply),
     };
-    shared.propose(proposal).await?;
+    shared.committer.propose(proposal).await?;
     Ok(result)
 }
 
@@ -494,7 +494,7 @@ async fn proposed(shared: &Shared, xid: u64, txn: Txn, inline: bool) -> Pending 
     }
     let (reply, result) = oneshot::channel();
     proposal.reply = Some(reply);
-    match shared.propose(proposal).await {
+    match shared.committer.propose(proposal).await {
         Ok(()) => Pending::Write { xid, result },
         Err(code) => Pending::Ready {
             xid,

@@ -85,6 +85,8 @@ impl CommitLog for MemoryLog {
 /// The order's single writer, shared by the commit thread and the
 /// connections.
 pub struct Committer {
+    /// Writes on their way to the commit thread (bounded: back-pressure).
+    queue: mpsc::Sender<Proposal>,
     /// `None` once stopped, or after the log failed.
     order: Mutex<Option<Order>>,
     /// Proposals handed to the queue and not yet committed. Raised before a
@@ -106,9 +108,16 @@ struct Order {
 
 impl Committer {
     /// Zxids continue from `last_zxid`. With `snapshots`, a snapshot is
-    /// started every so many applied ops.
-    pub fn new(log: impl CommitLog, last_zxid: Zxid, snapshots: Option<Snapshotter>) -> Self {
+    /// started every so many applied ops. Proposals go to `queue`, whose
+    /// receiver the commit thread ([`run_committer`]) drains.
+    pub fn new(
+        log: impl CommitLog,
+        last_zxid: Zxid,
+        snapshots: Option<Snapshotter>,
+        queue: mpsc::Sender<Proposal>,
+    ) -> Self {
         Self {
+            queue,
             order: Mutex::new(Some(Order {
                 log: Box::new(log),
                 last_zxid,
@@ -121,13 +130,9 @@ impl Committer {
 
     /// Queues a proposal for the commit thread, waiting while the queue is
     /// full (back-pressure). Fails once the committer has stopped.
-    pub async fn propose(
-        &self,
-        queue: &mpsc::Sender<Proposal>,
-        proposal: Proposal,
-    ) -> Result<(), ErrorCode> {
+    pub async fn propose(&self, proposal: Proposal) -> Result<(), ErrorCode> {
         self.queued.fetch_add(1, Ordering::AcqRel);
-        if queue.send(proposal).await.is_err() {
+        if self.queue.send(proposal).await.is_err() {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(ErrorCode::Unavailable);
         }
@@ -316,10 +321,14 @@ mod tests {
     #[tokio::test]
     async fn an_inline_write_never_overtakes_a_queued_one() {
         let (queue, mut proposals) = mpsc::channel(8);
-        let committer = Committer::new(MemoryLog::default(), 0, None);
-        let shared = Shared::new(Config::default(), StateMachine::new(), queue, committer);
+        let committer = Committer::new(MemoryLog::default(), 0, None, queue);
+        let shared = Shared::new(Config::default(), StateMachine::new(), committer);
 
-        shared.propose(create("/first")).await.expect("queued");
+        shared
+            .committer
+            .propose(create("/first"))
+            .await
+            .expect("queued");
         let refused = shared.committer.try_commit_now(&shared, create("/second"));
         let second = refused.expect_err("a proposal is queued, so no inline commit");
 
