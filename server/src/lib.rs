@@ -61,6 +61,7 @@
 //! per session, connections in all and per address, the commit queue.
 
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod context;
 pub mod embedded;

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use arbor_protocol::{ErrorCode, OpResult, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 
+use crate::cluster::records::AppliedPosition;
 use crate::tree::{Change, DataTree, TreeView};
 use crate::txn::{CloseReason, Txn, TxnEntry};
 
@@ -26,6 +27,7 @@ pub struct StateView {
     pub tree: TreeView,
     pub sessions: Vec<(SessionId, SessionRecord)>,
     pub last_zxid: Zxid,
+    pub replica: AppliedPosition,
 }
 
 /// A session that began or ended with a txn.
@@ -54,6 +56,9 @@ pub struct StateMachine {
     pub tree: DataTree,
     sessions: HashMap<SessionId, SessionRecord>,
     last_zxid: Zxid,
+    /// Where in the replicated log this state is (an ensemble member only;
+    /// empty standalone).
+    pub replica: AppliedPosition,
 }
 
 impl StateMachine {
@@ -85,6 +90,7 @@ impl StateMachine {
             tree: self.tree.view(),
             sessions: self.sessions().map(|(id, record)| (id, *record)).collect(),
             last_zxid: self.last_zxid,
+            replica: self.replica.clone(),
         }
     }
 
@@ -98,7 +104,15 @@ impl StateMachine {
             tree,
             sessions: sessions.into_iter().collect(),
             last_zxid,
+            replica: AppliedPosition::default(),
         }
+    }
+
+    /// Takes `zxid` for an entry that changes nothing here (see
+    /// [`crate::pipeline::applier::Committed::Marker`]).
+    pub fn advance(&mut self, zxid: Zxid) {
+        debug_assert!(zxid > self.last_zxid, "zxids must increase");
+        self.last_zxid = self.last_zxid.max(zxid);
     }
 
     /// Applies one entry. Entries must come in strictly increasing zxid order.

@@ -26,12 +26,12 @@ use arbor_protocol::{ErrorCode, OpResult, Zxid};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info};
+use tracing::{debug, error};
 
 use crate::context::Shared;
-use crate::pipeline::apply::SessionChange;
+use crate::pipeline::applier::{apply_committed, Committed};
 use crate::storage::snapshotter::Snapshotter;
-use crate::txn::{CloseReason, Txn, TxnEntry};
+use crate::txn::{Txn, TxnEntry};
 
 /// What a write comes to: its result, or why it has none.
 pub type WriteResult = Result<OpResult, ErrorCode>;
@@ -217,7 +217,7 @@ fn commit(
         return vec![Err(ErrorCode::Unavailable); entries.len()];
     }
     state.last_zxid += entries.len() as Zxid;
-    let results = apply_batch(shared, &entries);
+    let results = apply_committed(shared, entries.iter().map(Committed::Txn), |_| {});
     if let Some(snapshots) = state.snapshots.as_mut() {
         let ops = entries.iter().map(|entry| entry.txn.op_count()).sum();
         snapshots.applied(ops, shared);
@@ -250,45 +250,6 @@ pub async fn run_committer(
     }
     let last_zxid = shared.committer.stop();
     debug!(?last_zxid, "committer stopped");
-}
-
-/// Applies a durable batch, fires watches, and updates session liveness.
-fn apply_batch(shared: &Shared, entries: &[TxnEntry]) -> Vec<WriteResult> {
-    let now_ms = shared.clock.monotonic_ms();
-    let mut results = Vec::with_capacity(entries.len());
-    let mut state = shared.state.write();
-    let mut watches = shared.watches.lock();
-    let mut connections = shared.connections.lock();
-    for entry in entries {
-        let applied = state.apply(entry);
-        for change in &applied.changes {
-            for (session_id, event) in watches.trigger(change, entry.zxid) {
-                connections.deliver(session_id, event);
-            }
-        }
-        shared.publish_zxid(entry.zxid);
-        match applied.session {
-            Some(SessionChange::Started {
-                session_id,
-                timeout_ms,
-            }) => {
-                shared.tracker.lock().add(session_id, timeout_ms, now_ms);
-                debug!(session_id, timeout_ms, zxid = entry.zxid, "session started");
-            }
-            Some(SessionChange::Ended { session_id, reason }) => {
-                shared.tracker.lock().remove(session_id);
-                watches.remove_session(session_id);
-                connections.end_session(session_id, reason);
-                match reason {
-                    CloseReason::Closed => debug!(session_id, zxid = entry.zxid, "session closed"),
-                    CloseReason::Expired => info!(session_id, zxid = entry.zxid, "session expired"),
-                }
-            }
-            None => {}
-        }
-        results.push(applied.result);
-    }
-    results
 }
 
 #[cfg(test)]

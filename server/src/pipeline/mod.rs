@@ -5,11 +5,14 @@
 //! * [`commit`] gives each txn the next zxid, makes batches durable through a
 //!   [`commit::CommitLog`] (one sync per batch: group commit), then applies
 //!   them in order and answers.
+//! * [`applier`] is the apply loop every replica runs over committed
+//!   entries: state machine, watches, session tracker.
 //! * [`apply`] is the state machine: the tree plus the session table, changed
 //!   only by txns, deterministically.
 //! * [`read`] answers reads from the applied state; they never wait for the
 //!   log, only for the earlier requests of their own session.
 
+pub mod applier;
 pub mod apply;
 pub mod commit;
 pub mod prep;

@@ -8,10 +8,15 @@
 //!          | last_zxid u64 BE | header_crc u32 BE (crc32c of the 20 bytes before it)
 //! record = length u32 BE (1 ..= RECORD_BYTES_MAX)
 //!          | crc u32 BE (crc32c over the 4 length bytes, then the body)
-//!          | body (bincode SnapshotRecord: a Session or a Node)
+//!          | body (bincode SnapshotRecord: a Session, a Node, or a Replica)
 //! end    = a record holding SnapshotRecord::End { sessions, nodes }, the counts
 //!          of records before it; nothing may follow it
 //! ```
+//!
+//! An ensemble member's snapshot starts with one Replica record: the
+//! replicated log position the state is exact as of, and the membership in
+//! force ([`crate::cluster::records::AppliedPosition`]). A standalone
+//! snapshot has none, so its bytes are what they always were.
 //!
 //! A node record carries its path, data, stat, kind and sequence counter;
 //! children lists and the ephemeral/container/TTL indexes are derived again on
@@ -35,6 +40,7 @@ use std::path::{Path, PathBuf};
 use arbor_protocol::{codec, SessionId, Stat, Zxid, SESSION_PASSWORD_BYTES};
 use bincode::{Decode, Encode};
 
+use crate::cluster::records::AppliedPosition;
 use crate::pipeline::apply::{SessionRecord, StateMachine, StateView};
 use crate::tree::{Node, NodeKind, TreeBuilder};
 
@@ -96,6 +102,7 @@ enum RecordOut<'a> {
         sessions: u64,
         nodes: u64,
     },
+    Replica(&'a AppliedPosition),
 }
 
 /// One record of a snapshot file, as read. Same encoding as [`RecordOut`].
@@ -117,6 +124,7 @@ enum RecordIn {
         sessions: u64,
         nodes: u64,
     },
+    Replica(AppliedPosition),
 }
 
 /// A snapshot file in a directory.
@@ -134,7 +142,7 @@ pub struct Loaded {
     pub sessions: u64,
 }
 
-fn file_name(zxid: Zxid) -> String {
+pub fn file_name(zxid: Zxid) -> String {
     format!("{FILE_PREFIX}{zxid:016x}")
 }
 
@@ -198,6 +206,14 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
     header.extend_from_slice(&crc32c::crc32c(&header).to_be_bytes());
     out.write_all(&header).map_err(io_error(&temp))?;
     let mut body = Vec::new();
+    if view.replica != AppliedPosition::default() {
+        write_record(
+            &mut out,
+            &mut body,
+            &RecordOut::Replica(&view.replica),
+            &temp,
+        )?;
+    }
     for (id, record) in &view.sessions {
         let session = RecordOut::Session {
             id: *id,
@@ -290,6 +306,7 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
     let mut sessions = Vec::new();
     let mut nodes = TreeBuilder::new();
     let mut added = 0u64;
+    let mut replica = None;
     let mut body = Vec::new();
     let corrupt = |offset: u64, reason: String| SnapshotError::Corrupt {
         path: path.to_owned(),
@@ -339,6 +356,11 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
                 }
                 break (s, n);
             }
+            RecordIn::Replica(position) => {
+                if replica.replace(position).is_some() {
+                    return Err(corrupt(record_offset, "a second replica record".into()));
+                }
+            }
         }
     };
     let mut rest = [0u8; 1];
@@ -346,8 +368,10 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
         return Err(corrupt(offset, "bytes after the end record".into()));
     }
     let tree = nodes.finish().map_err(invalid)?;
+    let mut state = StateMachine::from_parts(tree, sessions, last_zxid);
+    state.replica = replica.unwrap_or_default();
     Ok(Loaded {
-        state: StateMachine::from_parts(tree, sessions, last_zxid),
+        state,
         nodes: node_count,
         sessions: session_count,
     })

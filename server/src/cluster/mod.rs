@@ -1,0 +1,31 @@
+//! The ensemble: Arbor's write path on a replicated log (openraft).
+//!
+//! Every openraft type stays inside this module, so a move to a new openraft
+//! release stays here too. The pieces, as in openraft's own examples:
+//!
+//! * [`types`]: the type configuration; a log entry carries a [`types::Command`]
+//!   (a txn fixed by prep, its wall time, and the request it answers);
+//! * [`records`]: our own on-disk forms of log positions, votes and
+//!   memberships, independent of openraft's serde layout;
+//! * [`log_files`] and [`log_store`]: the replicated log on disk (term and
+//!   index in every record, a fsynced vote, truncation of any suffix, purge
+//!   up to a position) and openraft's log storage over it, with group commit;
+//! * [`meta_file`]: the small replace-whole files (vote, purged, committed);
+//! * [`state_machine`]: openraft's state machine over the same state machine
+//!   and apply loop a standalone server runs, snapshotted from the
+//!   copy-on-write view and installable on a lagging member.
+//!
+//! A zxid is the entry's log index plus a base fixed when the ensemble was
+//! formed ([`records::AppliedPosition::zxid_of`]): the same on every member,
+//! and increasing across leader changes and restarts, so a lock's fencing
+//! token (the czxid of its node) keeps increasing through a failover.
+
+pub mod log_files;
+pub mod log_store;
+pub mod meta_file;
+pub mod records;
+pub mod state_machine;
+pub mod types;
+
+#[cfg(test)]
+mod tests;

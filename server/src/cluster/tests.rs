@@ -1,0 +1,305 @@
+//! The log store and state machine against openraft's conformance suite,
+//! and what the suite cannot build: entries with commands, restarts, torn
+//! tails, and a snapshot of a real tree installed on another member.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arbor_protocol::{CreateMode, MultiOp, OpResult};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::testing::{log_id, StoreBuilder, Suite};
+use openraft::{Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, StorageError};
+use tokio::sync::mpsc;
+
+use super::log_files::LogOptions;
+use super::log_store::{LogIoThread, LogStore};
+use super::records::MemberId;
+use super::state_machine::{load_newest, ClusterStateMachine};
+use super::types::{Command, Outcome, TypeConfig};
+use crate::config::Config;
+use crate::context::Shared;
+use crate::pipeline::commit::{Committer, MemoryLog};
+use crate::storage::txnlog::FsyncPolicy;
+use crate::txn::Txn;
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+/// A directory removed when the test is done with it.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "arbor-cluster-{name}-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn options() -> LogOptions {
+    LogOptions {
+        segment_bytes_max: 512,
+        fsync: FsyncPolicy::Always,
+    }
+}
+
+/// A state machine over a server's shared state, as a member has it.
+fn state_machine(dir: &Path) -> ClusterStateMachine {
+    let snapshots = dir.join("snapshots");
+    std::fs::create_dir_all(&snapshots).expect("snapshot dir");
+    let state = load_newest(&snapshots).expect("loads");
+    let (queue, _) = mpsc::channel(1);
+    let committer = Committer::new(MemoryLog::default(), 0, None, queue);
+    let shared = Arc::new(Shared::new(Config::default(), state, committer));
+    ClusterStateMachine::new(shared, &snapshots)
+}
+
+fn open(dir: &Path) -> (LogStore, LogIoThread) {
+    LogStore::open(&dir.join("raft"), options()).expect("opens")
+}
+
+struct Builder;
+
+impl StoreBuilder<TypeConfig, LogStore, ClusterStateMachine, (TempDir, LogIoThread)> for Builder {
+    async fn build(
+        &self,
+    ) -> Result<((TempDir, LogIoThread), LogStore, ClusterStateMachine), StorageError<MemberId>>
+    {
+        let dir = TempDir::new("suite");
+        let (store, thread) = open(&dir.0);
+        let sm = state_machine(&dir.0);
+        Ok(((dir, thread), store, sm))
+    }
+}
+
+#[test]
+fn openraft_conformance_suite_passes() {
+    // openraft's own checks of log storage and state machine semantics.
+    Suite::test_all(Builder).expect("the suite passes");
+}
+
+fn command(index: u64, term: u64, path: &str) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(term, 1, index),
+        payload: EntryPayload::Normal(Command {
+            time_ms: 1_000 + index,
+            txn: Txn::Write {
+                session_id: 0,
+                op: MultiOp::Create {
+                    path: path.into(),
+                    data: path.as_bytes().to_vec(),
+                    mode: CreateMode::Persistent,
+                },
+            },
+            origin: None,
+        }),
+    }
+}
+
+async fn append(store: &mut LogStore, entries: Vec<Entry<TypeConfig>>) {
+    store
+        .blocking_append(entries)
+        .await
+        .expect("appends and syncs");
+}
+
+async fn indexes(store: &mut LogStore) -> Vec<(u64, u64)> {
+    store
+        .try_get_log_entries(0..)
+        .await
+        .expect("reads")
+        .iter()
+        .map(|entry| (entry.log_id.leader_id.term, entry.log_id.index))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reopened_log_has_every_synced_entry_its_vote_and_its_truncations() {
+    // What was synced comes back after a restart, across segment rolls,
+    // minus what was truncated and purged.
+    let dir = TempDir::new("reopen");
+    let (mut store, thread) = open(&dir.0);
+    append(
+        &mut store,
+        (1..=40).map(|i| command(i, 1, &format!("/n{i}"))).collect(),
+    )
+    .await;
+    store.truncate(log_id(1, 1, 31)).await.expect("truncates");
+    append(
+        &mut store,
+        (31..=35)
+            .map(|i| command(i, 2, &format!("/m{i}")))
+            .collect(),
+    )
+    .await;
+    store.purge(log_id(1, 1, 10)).await.expect("purges");
+    store
+        .save_vote(&openraft::Vote::new(2, 3))
+        .await
+        .expect("votes");
+    drop(store);
+    thread.join();
+    let segments = std::fs::read_dir(dir.0.join("raft/log"))
+        .expect("lists")
+        .count();
+    assert!(segments >= 2, "512-byte segments roll: {segments}");
+
+    let (mut store, _thread) = open(&dir.0);
+    let expected: Vec<(u64, u64)> = (11..=30)
+        .map(|i| (1, i))
+        .chain((31..=35).map(|i| (2, i)))
+        .collect();
+    assert_eq!(indexes(&mut store).await, expected);
+    let state = store.get_log_state().await.expect("state");
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 10)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 1, 35)));
+    assert_eq!(
+        store.read_vote().await.expect("vote"),
+        Some(openraft::Vote::new(2, 3))
+    );
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_cut_and_damage_before_a_whole_record_is_refused() {
+    // A crash mid-write loses only the unsynced tail; a flipped byte in the
+    // middle stops the start instead of silently dropping entries.
+    let dir = TempDir::new("torn");
+    let (mut store, thread) = open(&dir.0);
+    append(
+        &mut store,
+        (1..=3).map(|i| command(i, 1, &format!("/n{i}"))).collect(),
+    )
+    .await;
+    drop(store);
+    thread.join();
+    let segment = std::fs::read_dir(dir.0.join("raft/log"))
+        .expect("lists")
+        .map(|entry| entry.expect("entry").path())
+        .next()
+        .expect("one segment");
+    let whole = std::fs::read(&segment).expect("reads");
+
+    std::fs::write(&segment, &whole[..whole.len() - 5]).expect("tears");
+    let (mut store, thread) = open(&dir.0);
+    assert_eq!(indexes(&mut store).await, vec![(1, 1), (1, 2)]);
+    append(&mut store, vec![command(3, 1, "/again")]).await;
+    drop(store);
+    thread.join();
+
+    let mut damaged = std::fs::read(&segment).expect("reads");
+    damaged[40] ^= 0xff; // inside the first record (the header is 32 bytes)
+    std::fs::write(&segment, &damaged).expect("damages");
+    let err = LogStore::open(&dir.0.join("raft"), options())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("a whole record follows"), "{err}");
+}
+
+#[tokio::test]
+async fn commands_apply_to_the_tree_with_zxids_from_the_log_index() {
+    // The zxid of an entry is its index (plus one), whatever the leader.
+    let dir = TempDir::new("apply");
+    let mut sm = state_machine(&dir.0);
+    let blank = Entry {
+        log_id: log_id(1, 1, 1),
+        payload: EntryPayload::Blank,
+    };
+    let outcomes = sm
+        .apply(vec![blank, command(2, 1, "/a"), command(3, 2, "/b")])
+        .await
+        .expect("applies");
+    assert_eq!(outcomes[0], Outcome::Nothing);
+    assert!(matches!(
+        outcomes[1],
+        Outcome::Write(Ok(OpResult::Created { .. }))
+    ));
+    let (applied, _) = sm.applied_state().await.expect("state");
+    assert_eq!(applied, Some(log_id(2, 1, 3)));
+    let shared = sm.shared();
+    let state = shared.state.read();
+    assert_eq!(state.tree.node("/a").map(|n| n.czxid), Some(3));
+    assert_eq!(state.tree.node("/b").map(|n| n.czxid), Some(4));
+    assert_eq!(state.last_zxid(), 4);
+}
+
+#[tokio::test]
+async fn a_snapshot_of_a_tree_installs_on_another_member_and_survives_its_restart() {
+    // A lagging member gets the whole tree and its log position from the
+    // leader's snapshot, and still has it after a restart.
+    let leader_dir = TempDir::new("leader");
+    let follower_dir = TempDir::new("follower");
+    let mut leader = state_machine(&leader_dir.0);
+    let entries: Vec<_> = (1..=50).map(|i| command(i, 1, &format!("/n{i}"))).collect();
+    leader.apply(entries).await.expect("applies");
+    let built = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("builds");
+    assert_eq!(built.meta.last_log_id, Some(log_id(1, 1, 50)));
+
+    let mut follower = state_machine(&follower_dir.0);
+    let mut receiving = follower.begin_receiving_snapshot().await.expect("begins");
+    let current = leader
+        .get_current_snapshot()
+        .await
+        .expect("reads")
+        .expect("there is one");
+    let mut source = current.snapshot;
+    tokio::io::copy(&mut *source, &mut *receiving)
+        .await
+        .expect("transfers");
+    follower
+        .install_snapshot(&current.meta, receiving)
+        .await
+        .expect("installs");
+    let check = |sm: &ClusterStateMachine| {
+        let shared = sm.shared();
+        let state = shared.state.read();
+        assert_eq!(
+            state.tree.node("/n50").map(|n| n.data.to_vec()),
+            Some(b"/n50".to_vec())
+        );
+        assert_eq!(state.last_zxid(), 51);
+    };
+    check(&follower);
+    let (applied, _) = follower.applied_state().await.expect("state");
+    assert_eq!(applied, Some(log_id(1, 1, 50)));
+
+    drop(follower);
+    let mut restarted = state_machine(&follower_dir.0);
+    check(&restarted);
+    let current = restarted.get_current_snapshot().await.expect("reads");
+    assert_eq!(
+        current.map(|s| s.meta.last_log_id),
+        Some(Some(log_id(1, 1, 50)))
+    );
+
+    // A snapshot whose content is not what its meta says is refused.
+    let mut wrong = restarted.begin_receiving_snapshot().await.expect("begins");
+    let mut source = leader
+        .get_current_snapshot()
+        .await
+        .expect("reads")
+        .expect("one")
+        .snapshot;
+    tokio::io::copy(&mut *source, &mut *wrong)
+        .await
+        .expect("transfers");
+    let mut meta = built.meta.clone();
+    meta.last_log_id = Some(LogId::new(openraft::CommittedLeaderId::new(9, 9), 99));
+    assert!(restarted.install_snapshot(&meta, wrong).await.is_err());
+    check(&restarted);
+}
