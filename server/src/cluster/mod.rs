@@ -28,4 +28,8 @@ pub mod state_machine;
 pub mod types;
 
 #[cfg(test)]
+mod ensemble_tests;
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;

@@ -26,10 +26,10 @@ use crate::txn::Txn;
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
 /// A directory removed when the test is done with it.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(pub(super) PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "arbor-cluster-{name}-{}-{}",
             std::process::id(),
@@ -47,7 +47,7 @@ impl Drop for TempDir {
     }
 }
 
-fn options() -> LogOptions {
+pub(super) fn options() -> LogOptions {
     LogOptions {
         segment_bytes_max: 512,
         fsync: FsyncPolicy::Always,
@@ -55,7 +55,7 @@ fn options() -> LogOptions {
 }
 
 /// A state machine over a server's shared state, as a member has it.
-fn state_machine(dir: &Path) -> ClusterStateMachine {
+pub(super) fn state_machine(dir: &Path) -> ClusterStateMachine {
     let snapshots = dir.join("snapshots");
     std::fs::create_dir_all(&snapshots).expect("snapshot dir");
     let state = load_newest(&snapshots).expect("loads");

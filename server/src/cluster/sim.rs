@@ -1,0 +1,205 @@
+//! An in-process network for ensembles in tests: members call each other's
+//! raft directly, through a router that can drop, delay and partition
+//! messages, seeded so that a failing run can be replayed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::Raft;
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::records::{MemberAddr, MemberId};
+use super::types::TypeConfig;
+
+/// What the network does to messages.
+#[derive(Debug, Clone, Copy)]
+pub struct Faults {
+    /// Chance that a message is lost (either way).
+    pub drop_ratio: f64,
+    /// Each message is delayed up to this long.
+    pub delay_max: Duration,
+}
+
+impl Faults {
+    pub const NONE: Faults = Faults {
+        drop_ratio: 0.0,
+        delay_max: Duration::ZERO,
+    };
+}
+
+struct RouterState {
+    members: HashMap<MemberId, Raft<TypeConfig>>,
+    /// Members cut off from everyone.
+    isolated: HashSet<MemberId>,
+    faults: Faults,
+    rng: StdRng,
+}
+
+/// Delivers messages between the members of one in-process ensemble.
+#[derive(Clone)]
+pub struct Router {
+    state: Arc<Mutex<RouterState>>,
+}
+
+type RpcError<E = openraft::error::Infallible> =
+    RPCError<MemberId, MemberAddr, RaftError<MemberId, E>>;
+
+impl Router {
+    pub fn new(seed: u64, faults: Faults) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(RouterState {
+                members: HashMap::new(),
+                isolated: HashSet::new(),
+                faults,
+                rng: StdRng::seed_from_u64(seed),
+            })),
+        }
+    }
+
+    pub fn add(&self, id: MemberId, raft: Raft<TypeConfig>) {
+        self.state.lock().members.insert(id, raft);
+    }
+
+    /// Takes a member off the network (it was stopped).
+    pub fn remove(&self, id: MemberId) -> Option<Raft<TypeConfig>> {
+        self.state.lock().members.remove(&id)
+    }
+
+    pub fn isolate(&self, id: MemberId) {
+        self.state.lock().isolated.insert(id);
+    }
+
+    pub fn heal(&self) {
+        self.state.lock().isolated.clear();
+    }
+
+    /// The target's raft, if the message gets through; the delay to apply.
+    fn route<E: std::error::Error>(
+        &self,
+        from: MemberId,
+        to: MemberId,
+    ) -> Result<(Raft<TypeConfig>, Duration), RPCError<MemberId, MemberAddr, E>> {
+        let mut state = self.state.lock();
+        let unreachable = || {
+            RPCError::Unreachable(Unreachable::new(&std::io::Error::other(format!(
+                "member {to} is not reachable from {from}"
+            ))))
+        };
+        if state.isolated.contains(&from) || state.isolated.contains(&to) {
+            return Err(unreachable());
+        }
+        let Some(raft) = state.members.get(&to).cloned() else {
+            return Err(unreachable());
+        };
+        let faults = state.faults;
+        if faults.drop_ratio > 0.0 && state.rng.gen_bool(faults.drop_ratio) {
+            return Err(RPCError::Network(NetworkError::new(
+                &std::io::Error::other("message dropped"),
+            )));
+        }
+        let delay = if faults.delay_max.is_zero() {
+            Duration::ZERO
+        } else {
+            state.rng.gen_range(Duration::ZERO..faults.delay_max)
+        };
+        Ok((raft, delay))
+    }
+}
+
+/// One member's way out.
+pub struct Network {
+    router: Router,
+    from: MemberId,
+}
+
+impl Router {
+    pub fn network_for(&self, from: MemberId) -> Network {
+        Network {
+            router: self.clone(),
+            from,
+        }
+    }
+}
+
+pub struct Connection {
+    router: Router,
+    from: MemberId,
+    to: MemberId,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Connection;
+
+    async fn new_client(&mut self, target: MemberId, _node: &MemberAddr) -> Connection {
+        Connection {
+            router: self.router.clone(),
+            from: self.from,
+            to: target,
+        }
+    }
+}
+
+impl Connection {
+    /// The reply is lost on the way back as often as the request on the way there.
+    fn reply_lost<E: std::error::Error>(&self) -> Result<(), RPCError<MemberId, MemberAddr, E>> {
+        self.router.route::<E>(self.to, self.from).map(|_| ())
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Connection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<MemberId>, RpcError> {
+        let (raft, delay) = self.router.route(self.from, self.to)?;
+        tokio::time::sleep(delay).await;
+        let reply = raft
+            .append_entries(rpc)
+            .await
+            .map_err(|err| RPCError::RemoteError(RemoteError::new(self.to, err)))?;
+        self.reply_lost()?;
+        Ok(reply)
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<MemberId>, RpcError<InstallSnapshotError>> {
+        let (raft, delay) = self.router.route(self.from, self.to)?;
+        tokio::time::sleep(delay).await;
+        let reply = raft
+            .install_snapshot(rpc)
+            .await
+            .map_err(|err| RPCError::RemoteError(RemoteError::new(self.to, err)))?;
+        self.reply_lost()?;
+        Ok(reply)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<MemberId>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<MemberId>, RpcError> {
+        let (raft, delay) = self.router.route(self.from, self.to)?;
+        tokio::time::sleep(delay).await;
+        let reply = raft
+            .vote(rpc)
+            .await
+            .map_err(|err| RPCError::RemoteError(RemoteError::new(self.to, err)))?;
+        self.reply_lost()?;
+        Ok(reply)
+    }
+}
