@@ -53,6 +53,21 @@
 //! Once per tick the expired sessions are proposed for closing. A session can
 //! move to a new connection with its id and password while it is alive.
 //!
+//! ## The ensemble (in progress)
+//!
+//! [`cluster`] puts the same write path on a replicated log (openraft):
+//! committed entries reach the same apply loop ([`pipeline::applier`]) on
+//! every member, whether or not that member took the request. A zxid is the
+//! entry's log index plus a base fixed when the ensemble was formed, so it
+//! is the same on every member and keeps increasing through leader changes
+//! and restarts. The log store keeps term and index in every record, syncs
+//! the vote before it counts, and cuts any suffix raft asks it to; the state
+//! machine snapshots from the copy-on-write view and installs a leader's
+//! snapshot on a member too far behind. Reads are answered locally; `sync`
+//! asks the leader for a read index and waits until the member has applied
+//! that far. Today this runs in-process under test (a simulated network and
+//! a linearizability checker); `arbord` does not yet start as a member.
+//!
 //! ## Limits
 //!
 //! Every queue is bounded ([`config::Config`]): frames, data, requests in

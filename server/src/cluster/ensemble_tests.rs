@@ -10,27 +10,26 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_protocol::{CreateMode, MultiOp, OpResult, Zxid};
+use arbor_protocol::{OpResult, Zxid};
 use openraft::{Raft, SnapshotPolicy};
 
 use super::log_store::{LogIoThread, LogStore};
 use super::records::{MemberAddr, MemberId};
 use super::sim::{Faults, Router};
-use super::tests::{options, state_machine, TempDir};
-use super::types::{Command, Outcome, TypeConfig};
+use super::tests::{create_command, options, state_machine, TempDir};
+use super::types::{Outcome, TypeConfig};
 use crate::context::Shared;
-use crate::txn::Txn;
 
 /// How long any one wait in these tests may take before it fails.
 const WAIT: Duration = Duration::from_secs(20);
 
-struct Member {
-    raft: Raft<TypeConfig>,
-    shared: Arc<Shared>,
+pub(super) struct Member {
+    pub(super) raft: Raft<TypeConfig>,
+    pub(super) shared: Arc<Shared>,
     io: LogIoThread,
 }
 
-fn raft_config(snapshot_every: u64) -> Arc<openraft::Config> {
+pub(super) fn raft_config(snapshot_every: u64) -> Arc<openraft::Config> {
     let config = openraft::Config {
         heartbeat_interval: 50,
         election_timeout_min: 150,
@@ -42,7 +41,7 @@ fn raft_config(snapshot_every: u64) -> Arc<openraft::Config> {
     Arc::new(config.validate().expect("valid raft config"))
 }
 
-async fn start(
+pub(super) async fn start(
     router: &Router,
     id: MemberId,
     dir: &Path,
@@ -58,7 +57,7 @@ async fn start(
     Member { raft, shared, io }
 }
 
-async fn stop(router: &Router, id: MemberId, member: Member) {
+pub(super) async fn stop(router: &Router, id: MemberId, member: Member) {
     router.remove(id);
     member.raft.shutdown().await.expect("raft stops");
     drop(member.raft);
@@ -67,7 +66,7 @@ async fn stop(router: &Router, id: MemberId, member: Member) {
         .expect("log thread joins");
 }
 
-fn seed() -> u64 {
+pub(super) fn seed() -> u64 {
     let seed = std::env::var("ARBOR_SIM_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -85,19 +84,8 @@ fn addr(id: MemberId) -> MemberAddr {
 
 /// Creates `path` through whichever member leads, retrying through
 /// elections and lost messages; returns its czxid.
-async fn create(members: &BTreeMap<MemberId, Member>, path: &str) -> Zxid {
-    let command = Command {
-        time_ms: 1,
-        txn: Txn::Write {
-            session_id: 0,
-            op: MultiOp::Create {
-                path: path.into(),
-                data: path.as_bytes().to_vec(),
-                mode: CreateMode::Persistent,
-            },
-        },
-        origin: None,
-    };
+pub(super) async fn create(members: &BTreeMap<MemberId, Member>, path: &str) -> Zxid {
+    let command = create_command(path, 1);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         assert!(
@@ -139,7 +127,7 @@ fn contents(shared: &Shared) -> BTreeMap<String, (Zxid, Zxid, Vec<u8>)> {
         .collect()
 }
 
-async fn wait_applied(member: &Member, index: u64) {
+pub(super) async fn wait_applied(member: &Member, index: u64) {
     member
         .raft
         .wait(Some(WAIT))
@@ -148,7 +136,7 @@ async fn wait_applied(member: &Member, index: u64) {
         .expect("applies in time");
 }
 
-async fn last_index(members: &BTreeMap<MemberId, Member>) -> u64 {
+pub(super) async fn last_index(members: &BTreeMap<MemberId, Member>) -> u64 {
     let mut last = 0;
     for member in members.values() {
         let metrics = member.raft.metrics().borrow().clone();
@@ -157,7 +145,7 @@ async fn last_index(members: &BTreeMap<MemberId, Member>) -> u64 {
     last
 }
 
-async fn start_three(
+pub(super) async fn start_three(
     router: &Router,
     dirs: &[TempDir],
     config: &Arc<openraft::Config>,

@@ -28,7 +28,11 @@ pub mod state_machine;
 pub mod types;
 
 #[cfg(test)]
+mod checker;
+#[cfg(test)]
 mod ensemble_tests;
+#[cfg(test)]
+mod history_tests;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

@@ -2,6 +2,10 @@
 //! raft directly, through a router that can drop, delay and partition
 //! messages, seeded so that a failing run can be replayed.
 
+// openraft's RaftNetwork fixes the error type (RPCError, 128+ bytes);
+// openraft's own examples allow the same lint.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,6 +118,19 @@ impl Router {
             state.rng.gen_range(Duration::ZERO..faults.delay_max)
         };
         Ok((raft, delay))
+    }
+}
+
+impl Router {
+    /// Asks `to` (the leader) for a read index on behalf of `from`: the
+    /// log position a linearizable read on `from` must wait for. Goes
+    /// through the same faults as raft's own messages.
+    pub async fn read_index(&self, from: MemberId, to: MemberId) -> Option<u64> {
+        let (raft, delay) = self.route::<std::io::Error>(from, to).ok()?;
+        tokio::time::sleep(delay).await;
+        let (read_log_id, _) = raft.get_read_log_id().await.ok()?;
+        self.route::<std::io::Error>(to, from).ok()?;
+        Some(read_log_id.map_or(0, |id| id.index))
     }
 }
 

@@ -89,21 +89,26 @@ fn openraft_conformance_suite_passes() {
     Suite::test_all(Builder).expect("the suite passes");
 }
 
+/// A command creating a persistent `path` holding its own name.
+pub(super) fn create_command(path: &str, time_ms: u64) -> Command {
+    Command {
+        time_ms,
+        txn: Txn::Write {
+            session_id: 0,
+            op: MultiOp::Create {
+                path: path.into(),
+                data: path.as_bytes().to_vec(),
+                mode: CreateMode::Persistent,
+            },
+        },
+        origin: None,
+    }
+}
+
 fn command(index: u64, term: u64, path: &str) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(term, 1, index),
-        payload: EntryPayload::Normal(Command {
-            time_ms: 1_000 + index,
-            txn: Txn::Write {
-                session_id: 0,
-                op: MultiOp::Create {
-                    path: path.into(),
-                    data: path.as_bytes().to_vec(),
-                    mode: CreateMode::Persistent,
-                },
-            },
-            origin: None,
-        }),
+        payload: EntryPayload::Normal(create_command(path, 1_000 + index)),
     }
 }
 
