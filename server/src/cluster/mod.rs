@@ -16,7 +16,7 @@
 //!   copy-on-write view and installable on a lagging member.
 //!
 //! A zxid is the entry's log index plus a base fixed when the ensemble was
-//! formed ([`records::AppliedPosition::zxid_of`]): the same on every member,
+//! formed ([`records::zxid_of`]): the same on every member,
 //! and increasing across leader changes and restarts, so a lock's fencing
 //! token (the czxid of its node) keeps increasing through a failover.
 

@@ -60,11 +60,9 @@ pub struct AppliedPosition {
     pub zxid_base: u64,
 }
 
-impl AppliedPosition {
-    /// The zxid of the entry at `index`: strictly increasing with the index,
-    /// the same on every member, and never 0 (openraft's first entry has
-    /// index 0, and zxid 0 means "nothing applied").
-    pub fn zxid_of(&self, index: u64) -> u64 {
-        self.zxid_base + index + 1
-    }
+/// The zxid of the log entry at `index`: strictly increasing with the
+/// index, the same on every member, and never 0 (openraft's first entry has
+/// index 0, and zxid 0 means "nothing applied").
+pub fn zxid_of(zxid_base: u64, index: u64) -> u64 {
+    zxid_base + index + 1
 }

@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use tracing::info;
 
-use super::records::{LogPosition, MemberAddr, MemberId, MembershipRecord};
+use super::records::{zxid_of, LogPosition, MemberAddr, MemberId, MembershipRecord};
 use super::types::{Outcome, TypeConfig};
 use crate::context::Shared;
 use crate::pipeline::applier::{apply_committed, Committed};
@@ -84,15 +84,13 @@ fn write_error(err: impl std::error::Error + 'static) -> StorageError<MemberId> 
 
 impl ClusterStateMachine {
     /// The state machine over `shared`'s state, with snapshots in
-    /// `snapshot_dir`. `shared`'s state is what [`load_newest`] found.
-    pub fn new(shared: Arc<Shared>, snapshot_dir: &Path) -> Self {
-        let current = snapshot::list(snapshot_dir)
-            .ok()
-            .and_then(|found| found.into_iter().next())
-            .map(|newest| CurrentSnapshot {
-                meta: meta_of(&shared.state.read()),
-                path: newest.path,
-            });
+    /// `snapshot_dir`. `shared`'s state is what [`load_newest`] found, and
+    /// `loaded_from` the snapshot it came from.
+    pub fn new(shared: Arc<Shared>, snapshot_dir: &Path, loaded_from: Option<PathBuf>) -> Self {
+        let current = loaded_from.map(|path| CurrentSnapshot {
+            meta: meta_of(&shared.state.read()),
+            path,
+        });
         Self {
             shared,
             snapshot_dir: snapshot_dir.to_owned(),
@@ -102,17 +100,18 @@ impl ClusterStateMachine {
     }
 }
 
-/// The state in the newest snapshot in `dir` that verifies, or an empty one.
-pub fn load_newest(dir: &Path) -> Result<StateMachine, snapshot::SnapshotError> {
+/// The state in the newest snapshot in `dir` that verifies, and that
+/// snapshot's path; or an empty state.
+pub fn load_newest(dir: &Path) -> Result<(StateMachine, Option<PathBuf>), snapshot::SnapshotError> {
     for candidate in snapshot::list(dir)? {
         match snapshot::load(&candidate.path) {
-            Ok(loaded) => return Ok(loaded.state),
+            Ok(loaded) => return Ok((loaded.state, Some(candidate.path))),
             Err(err) => {
                 tracing::warn!(path = %candidate.path.display(), error = %err, "snapshot does not verify; trying an older one")
             }
         }
     }
-    Ok(StateMachine::new())
+    Ok((StateMachine::new(), None))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -172,7 +171,7 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
             return Ok(Vec::new());
         };
         let zxid_base = self.shared.state.read().replica.zxid_base;
-        let zxid_of = |index: u64| zxid_base + index + 1;
+        let zxid_of = |index: u64| zxid_of(zxid_base, index);
         let txns: Vec<Option<TxnEntry>> = entries
             .iter()
             .map(|entry| match &entry.payload {

@@ -58,11 +58,11 @@ pub(super) fn options() -> LogOptions {
 pub(super) fn state_machine(dir: &Path) -> ClusterStateMachine {
     let snapshots = dir.join("snapshots");
     std::fs::create_dir_all(&snapshots).expect("snapshot dir");
-    let state = load_newest(&snapshots).expect("loads");
+    let (state, loaded_from) = load_newest(&snapshots).expect("loads");
     let (queue, _) = mpsc::channel(1);
     let committer = Committer::new(MemoryLog::default(), 0, None, queue);
     let shared = Arc::new(Shared::new(Config::default(), state, committer));
-    ClusterStateMachine::new(shared, &snapshots)
+    ClusterStateMachine::new(shared, &snapshots, loaded_from)
 }
 
 fn open(dir: &Path) -> (LogStore, LogIoThread) {
