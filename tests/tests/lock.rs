@@ -237,3 +237,74 @@ async fn a_hundred_waiters_one_notification_per_release_and_random_cancels() {
         }
     }
 }
+
+/// Waits until `path` has exactly `count` children, or fails naming `what`.
+async fn settle(client: &arbor_client::Client, path: &str, count: usize, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let children = client.get_children(path).await.expect("listed");
+        if children.len() == count {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: left {children:?} behind"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_lock_cancelled_at_any_step_leaves_no_node() {
+    // Lost replies are common in a failover, and a caller's timeout can fire
+    // while the create is in flight: the waiter's node must go wherever the
+    // future is dropped, including before the create's reply was read.
+    let server = TestServer::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let held = Mutex::new(&holder, "/locks/steps")
+        .lock()
+        .await
+        .expect("granted");
+    let lock = Mutex::new(&waiter, "/locks/steps");
+    // Drop after exactly `polls` polls, the reply given time to arrive
+    // between them: each await point of `lock` in turn.
+    for polls in 0..12 {
+        let mut attempt = Box::pin(lock.lock());
+        for _ in 0..polls {
+            let polled = tokio::time::timeout(Duration::ZERO, &mut attempt).await;
+            assert!(polled.is_err(), "the lock is held, so no grant");
+            tokio::time::sleep(Duration::from_micros(300)).await;
+        }
+        drop(attempt);
+        settle(
+            &holder,
+            "/locks/steps",
+            1,
+            &format!("dropped after {polls} polls"),
+        )
+        .await;
+    }
+    // Drop after a time instead: anywhere in the first round trips.
+    for micros in (0..3_000).step_by(150) {
+        let timeout = Duration::from_micros(micros);
+        let result = lock.lock_timeout(timeout).await;
+        assert!(
+            matches!(result, Err(LockError::Timeout)),
+            "held, so no grant"
+        );
+        settle(
+            &holder,
+            "/locks/steps",
+            1,
+            &format!("timed out after {micros} µs"),
+        )
+        .await;
+    }
+    held.release().await.expect("released");
+    let next = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .expect("the queue is not blocked")
+        .expect("granted");
+    next.release().await.expect("released");
+}

@@ -205,7 +205,7 @@ impl Election {
         let value = value.into();
         retrying(&self.client, || ensure_path(&self.client, &self.path)).await?;
         let prefix = unique_prefix();
-        let (node, _stat) = create_protected(
+        let (cleanup, _stat) = create_protected(
             &self.client,
             &self.path,
             &prefix,
@@ -213,8 +213,8 @@ impl Election {
             value.clone(),
         )
         .await?;
-        // From here on, dropping this future deletes the node.
-        let cleanup = NodeCleanup::new(&self.client, node.clone());
+        // Dropping this future deletes the node, even mid-create.
+        let node = cleanup.path().to_owned();
         loop {
             let queue = retrying(&self.client, || candidates(&self.client, &self.path)).await?;
             let Some(index) = queue

@@ -23,7 +23,8 @@
 //!   and the protected resource must check the fencing token anyway
 //!   ([`super::Fence`]), because a paused process learns nothing in time.
 //! * Cancelling [`Mutex::lock`] (dropping the future, a timeout) removes the
-//!   waiter's node, so an abandoned waiter never blocks the queue.
+//!   waiter's node, so an abandoned waiter never blocks the queue; this holds
+//!   from the moment the create is sent, before its reply is read.
 
 use std::time::Duration;
 
@@ -112,9 +113,10 @@ impl Mutex {
             create_protected(&self.client, &self.path, &prefix, LOCK_NAME, Vec::new()),
             self.client.children_below(&self.path, u64::MAX, 2),
         );
-        let (node, stat) = created?;
-        // From here on, dropping this future deletes the node.
-        let cleanup = NodeCleanup::new(&self.client, node.clone());
+        // Dropping this future at any point deletes the node, even while
+        // the create was in flight (see `create_protected`).
+        let (cleanup, stat) = created?;
+        let node = cleanup.path().to_owned();
         let token = stat.czxid;
         let name = path::name(&node).to_owned();
         let sequence = path::parse_sequence(&name).ok_or_else(|| {

@@ -189,12 +189,73 @@ where
 }
 
 /// Creates the ephemeral sequential node `<dir>/<prefix><name><seq>` and
-/// returns it with its stat (its `czxid` is the fencing token, its
-/// `ephemeral_owner` the session the server gave it to). When the outcome of
-/// a create is unknown, it looks for `prefix` before trying again, so one
-/// attempt never leaves two nodes. A missing `dir` is created (as
-/// containers) on the first `NoNode`, so the common case costs one request.
+/// returns it, armed for clean-up, with its stat (its `czxid` is the fencing
+/// token, its `ephemeral_owner` the session the server gave it to). When the
+/// outcome of a create is unknown, it looks for `prefix` before trying
+/// again, so one attempt never leaves two nodes. A missing `dir` is created
+/// (as containers) on the first `NoNode`, so the common case costs one
+/// request.
+///
+/// The clean-up is armed before the first create is sent: if this future is
+/// dropped or fails while a create may have happened (its reply lost or not
+/// yet read), the node is looked up by its prefix and deleted, so a
+/// cancelled attempt never leaves a node in a queue.
 pub(crate) async fn create_protected(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    name: &str,
+    data: Vec<u8>,
+) -> Result<(NodeCleanup, crate::Stat), Error> {
+    let mut pending = PrefixCleanup {
+        client: client.clone(),
+        dir: dir.to_owned(),
+        prefix: prefix.to_owned(),
+        armed: true,
+    };
+    let (node, stat) = create_by_prefix(client, dir, prefix, name, data).await?;
+    // Exactly one node was made: from here its own clean-up takes over.
+    pending.armed = false;
+    Ok((NodeCleanup::new(client, node), stat))
+}
+
+/// Deletes whatever node of one protected attempt exists, when dropped
+/// armed: the attempt was cancelled or failed with its outcome unknown.
+struct PrefixCleanup {
+    client: Client,
+    dir: String,
+    prefix: String,
+    armed: bool,
+}
+
+impl Drop for PrefixCleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the session's end removes the ephemeral instead
+        };
+        let (client, dir, prefix) = (
+            self.client.clone(),
+            std::mem::take(&mut self.dir),
+            std::mem::take(&mut self.prefix),
+        );
+        // A session answers in request order, so this listing is read
+        // after any create of the attempt that was already sent.
+        runtime.spawn(async move {
+            let listed = retrying(&client, || client.get_children(&dir)).await;
+            for child in listed.into_iter().flatten() {
+                if child.starts_with(&prefix) {
+                    let node = arbor_protocol::path::join(&dir, &child);
+                    let _ = delete_retrying(&client, &node).await;
+                }
+            }
+        });
+    }
+}
+
+async fn create_by_prefix(
     client: &Client,
     dir: &str,
     prefix: &str,

@@ -306,10 +306,10 @@ impl RwLock {
     async fn acquire(&self, kind: Kind, wait: Wait) -> Result<Held, LockError> {
         retrying(&self.client, || ensure_path(&self.client, &self.path)).await?;
         let prefix = unique_prefix();
-        let (node, _stat) =
+        let (cleanup, _stat) =
             create_protected(&self.client, &self.path, &prefix, kind.name(), Vec::new()).await?;
-        // From here on, dropping this future deletes the node.
-        let cleanup = NodeCleanup::new(&self.client, node.clone());
+        // Dropping this future deletes the node, even mid-create.
+        let node = cleanup.path().to_owned();
         loop {
             let queue = retrying(&self.client, || self.queue()).await?;
             let Some(index) = queue
