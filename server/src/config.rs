@@ -1,12 +1,14 @@
 //! Server settings and the limits that protect it. `validate` checks each
 //! limit and how they relate before anything starts.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arbor_protocol::codec::DECODE_INPUT_BYTES_MAX;
 use arbor_protocol::frame::DEFAULT_FRAME_BYTES_MAX;
 use arbor_protocol::path::PATH_BYTES_MAX;
 
+use crate::cluster::records::{MemberAddr, MemberId};
 use crate::storage::txnlog::{FsyncPolicy, SEGMENT_BYTES_DEFAULT};
 
 /// Room a frame needs beyond a znode's data and path (op tag, versions, xid).
@@ -62,6 +64,42 @@ pub struct Config {
     pub snap_retain: usize,
     /// Size at which the log rolls to a new segment.
     pub segment_bytes_max: u64,
+    /// Set when this server is a member of an ensemble; `None` standalone.
+    pub ensemble: Option<EnsembleConfig>,
+}
+
+/// Who this member is and who the others are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnsembleConfig {
+    pub member_id: MemberId,
+    /// Every voting member, this one included.
+    pub members: BTreeMap<MemberId, MemberAddr>,
+}
+
+/// Members of an ensemble at most: each write waits for a majority, and
+/// more members only add latency.
+pub const ENSEMBLE_MEMBERS_MAX: usize = 7;
+
+impl EnsembleConfig {
+    /// Parses `ID=CLIENT_ADDR/PEER_ADDR`, as `--member` takes it.
+    pub fn parse_member(text: &str) -> Result<(MemberId, MemberAddr), ConfigError> {
+        let bad = || ConfigError::Member {
+            text: text.to_owned(),
+        };
+        let (id, addrs) = text.split_once('=').ok_or_else(bad)?;
+        let (client, peer) = addrs.split_once('/').ok_or_else(bad)?;
+        let id: MemberId = id.trim().parse().map_err(|_| bad())?;
+        if id == 0 || client.is_empty() || peer.is_empty() {
+            return Err(bad());
+        }
+        Ok((
+            id,
+            MemberAddr {
+                client: client.to_owned(),
+                peer: peer.to_owned(),
+            },
+        ))
+    }
 }
 
 impl Default for Config {
@@ -86,6 +124,7 @@ impl Default for Config {
             snap_count: 100_000,
             snap_retain: 3,
             segment_bytes_max: SEGMENT_BYTES_DEFAULT,
+            ensemble: None,
         }
     }
 }
@@ -105,6 +144,15 @@ pub enum ConfigError {
     DataLimit { data: usize, frame: usize },
     #[error("per-ip connection limit {per_ip} exceeds the total limit {total}")]
     PerIpLimit { per_ip: usize, total: usize },
+    #[error("--member {text:?} is not ID=CLIENT_ADDR/PEER_ADDR with a positive ID (e.g. 1=127.0.0.1:7181/127.0.0.1:7191)")]
+    Member { text: String },
+    #[error("--member-id {member_id} is not one of the --member entries ({known:?})")]
+    NotAMember {
+        member_id: MemberId,
+        known: Vec<MemberId>,
+    },
+    #[error("an ensemble has 1 to {ENSEMBLE_MEMBERS_MAX} members, not {count}")]
+    MemberCount { count: usize },
 }
 
 impl Config {
@@ -152,6 +200,19 @@ impl Config {
                 per_ip: self.connections_per_ip_max,
                 total: self.connections_max,
             });
+        }
+        if let Some(ensemble) = &self.ensemble {
+            if !(1..=ENSEMBLE_MEMBERS_MAX).contains(&ensemble.members.len()) {
+                return Err(ConfigError::MemberCount {
+                    count: ensemble.members.len(),
+                });
+            }
+            if !ensemble.members.contains_key(&ensemble.member_id) {
+                return Err(ConfigError::NotAMember {
+                    member_id: ensemble.member_id,
+                    known: ensemble.members.keys().copied().collect(),
+                });
+            }
         }
         Ok(())
     }

@@ -4,8 +4,10 @@
 //! across an `.await`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use arbor_protocol::Zxid;
+use arbor_protocol::{ErrorCode, Zxid};
+use futures_util::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +35,18 @@ pub struct Shared {
     pub committer: Committer,
     /// Cancelled when the server begins to shut down.
     pub shutdown: CancellationToken,
+    /// Set once when this server is a member of an ensemble.
+    ensemble: OnceLock<Arc<dyn Ensemble>>,
+}
+
+/// What being an ensemble member changes for the rest of the server.
+pub trait Ensemble: Send + Sync {
+    /// Only the leader expires sessions and reaps nodes: they are decisions
+    /// made once, then replicated.
+    fn is_leader(&self) -> bool;
+    /// Completes once this member has applied everything the leader had
+    /// committed when it was called (`sync`: the next read is linearizable).
+    fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>>;
 }
 
 impl Shared {
@@ -47,8 +61,28 @@ impl Shared {
             last_zxid,
             committer,
             shutdown: CancellationToken::new(),
+            ensemble: OnceLock::new(),
             config,
         }
+    }
+
+    /// Makes this server an ensemble member (once, before serving).
+    pub fn join_ensemble(&self, ensemble: Arc<dyn Ensemble>) {
+        if self.ensemble.set(ensemble).is_err() {
+            tracing::error!("join_ensemble called twice; the first one stands");
+        }
+    }
+
+    pub fn ensemble(&self) -> Option<&Arc<dyn Ensemble>> {
+        self.ensemble.get()
+    }
+
+    /// Whether this server decides expiries and reaping: a standalone
+    /// server always, a member while it leads.
+    pub fn decides(&self) -> bool {
+        self.ensemble
+            .get()
+            .is_none_or(|ensemble| ensemble.is_leader())
     }
 
     pub fn last_zxid(&self) -> Zxid {

@@ -1,7 +1,8 @@
 //! Background tasks that propose writes on the server's own behalf: session
 //! expiry, and the reaping of containers and TTL nodes. Both go through the
 //! same commit path as client writes, so their effects are logged, ordered
-//! and fire watches like any other write.
+//! and fire watches like any other write. In an ensemble only the leader
+//! runs them ([`Shared::decides`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,9 @@ pub async fn expire_sessions(shared: Arc<Shared>) {
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(next_tick_ms - now_ms)) => {}
             () = shared.shutdown.cancelled() => return,
+        }
+        if !shared.decides() {
+            continue;
         }
         let expired = shared
             .tracker
@@ -47,6 +51,9 @@ pub async fn reap_nodes(shared: Arc<Shared>) {
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
             () = shared.shutdown.cancelled() => return,
+        }
+        if !shared.decides() {
+            continue;
         }
         let due = {
             let state = shared.state.read();

@@ -53,20 +53,27 @@
 //! Once per tick the expired sessions are proposed for closing. A session can
 //! move to a new connection with its id and password while it is alive.
 //!
-//! ## The ensemble (in progress)
+//! ## The ensemble
 //!
-//! [`cluster`] puts the same write path on a replicated log (openraft):
-//! committed entries reach the same apply loop ([`pipeline::applier`]) on
-//! every member, whether or not that member took the request. A zxid is the
-//! entry's log index plus a base fixed when the ensemble was formed, so it
-//! is the same on every member and keeps increasing through leader changes
-//! and restarts. The log store keeps term and index in every record, syncs
-//! the vote before it counts, and cuts any suffix raft asks it to; the state
+//! With `--member-id` and `--member`, arbord is one member of an ensemble
+//! ([`cluster`]) on openraft. The write path keeps its shape: prep fixes the
+//! txn, the committer's queue takes it in the connection's order, and then,
+//! instead of the local log, the member's replicator
+//! ([`cluster::member`]) puts it into the replicated log: directly on the
+//! leader, forwarded over one pipelined peer connection on a follower.
+//! Committed entries reach the same apply loop ([`pipeline::applier`]) on
+//! every member, whether or not that member took the request; the member
+//! that did answers after its own apply, so event-before-reply and
+//! read-your-writes hold on followers too. A zxid is the entry's log index
+//! plus a base fixed when the ensemble was formed: the same everywhere and
+//! increasing through leader changes and restarts. Reads are local; `sync`
+//! asks the leader for a read index and waits for the local apply. Only the
+//! leader expires sessions and reaps nodes; followers pass their clients'
+//! liveness on each half tick, and a new leader gives every session a full
+//! timeout. The log store keeps term and index in every record, syncs the
+//! vote before it counts and cuts any suffix raft asks it to; the state
 //! machine snapshots from the copy-on-write view and installs a leader's
-//! snapshot on a member too far behind. Reads are answered locally; `sync`
-//! asks the leader for a read index and waits until the member has applied
-//! that far. Today this runs in-process under test (a simulated network and
-//! a linearizability checker); `arbord` does not yet start as a member.
+//! snapshot on a member too far behind.
 //!
 //! ## Limits
 //!

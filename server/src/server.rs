@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
 use crate::config::{Config, ConfigError};
 use crate::context::Shared;
 use crate::housekeeping;
@@ -49,6 +50,8 @@ pub enum ServerError {
     Locked { path: PathBuf },
     #[error("cannot start the committer thread: {0}")]
     Committer(#[source] std::io::Error),
+    #[error("ensemble member: {0}")]
+    Member(#[from] crate::cluster::bootstrap::MemberError),
     #[error("i/o error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -75,6 +78,14 @@ impl Server {
     /// The last zxid recovered from the data directory.
     pub fn last_zxid(&self) -> arbor_protocol::Zxid {
         self.storage.state.last_zxid()
+    }
+
+    /// The address this member listens on for its peers (`None` standalone).
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.storage.mode {
+            Mode::Member(storage) => storage.peer_addr(),
+            Mode::Standalone { .. } => None,
+        }
     }
 
     /// Serves `listener` until `shutdown` completes (or a fatal log error),
@@ -106,16 +117,23 @@ async fn serve<L: Listener>(
     mut listener: L,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let OpenedStorage {
-        state,
-        epoch,
-        commit_log,
-        snapshotter,
-        snapshot_thread,
-        lock,
-    } = storage;
+    let OpenedStorage { state, mode, lock } = storage;
     let (proposals_tx, proposals_rx) = mpsc::channel(config.commit_queue_max);
-    let committer = Committer::new(commit_log, epoch << 32, Some(snapshotter), proposals_tx);
+    let (committer, starting) = match mode {
+        Mode::Standalone {
+            epoch,
+            commit_log,
+            snapshotter,
+            snapshot_thread,
+        } => (
+            Committer::new(commit_log, epoch << 32, Some(snapshotter), proposals_tx),
+            Starting::Standalone { snapshot_thread },
+        ),
+        Mode::Member(storage) => (
+            Committer::replicated(proposals_tx),
+            Starting::Member(storage),
+        ),
+    };
     let shared = Arc::new(Shared::new(config, state, committer));
     {
         // After a restart every session gets a full timeout to reconnect.
@@ -126,20 +144,37 @@ async fn serve<L: Listener>(
             tracker.add(session_id, record.timeout_ms, now_ms);
         }
     }
-    let stop_committer = CancellationToken::new();
-    let commit_thread = {
-        let shared = shared.clone();
-        let stop = stop_committer.clone();
-        // Its own thread with its own small runtime: the log's blocking
-        // fdatasync never occupies an async worker, and a batch goes from
-        // the queue to the disk to the tree without changing threads.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .map_err(ServerError::Committer)?;
-        std::thread::Builder::new()
-            .name("arbor-commit".into())
-            .spawn(move || runtime.block_on(run_committer(proposals_rx, shared, stop)))
-            .map_err(ServerError::Committer)?
+    let running = match starting {
+        Starting::Standalone { snapshot_thread } => {
+            let stop = CancellationToken::new();
+            let commit_thread = {
+                let shared = shared.clone();
+                let stop = stop.clone();
+                // Its own thread with its own small runtime: the log's blocking
+                // fdatasync never occupies an async worker, and a batch goes from
+                // the queue to the disk to the tree without changing threads.
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .map_err(ServerError::Committer)?;
+                std::thread::Builder::new()
+                    .name("arbor-commit".into())
+                    .spawn(move || runtime.block_on(run_committer(proposals_rx, shared, stop)))
+                    .map_err(ServerError::Committer)?
+            };
+            Running::Standalone {
+                stop,
+                commit_thread,
+                snapshot_thread,
+            }
+        }
+        Starting::Member(storage) => {
+            let ensemble = shared
+                .config
+                .ensemble
+                .clone()
+                .expect("member storage is opened only for an ensemble");
+            Running::Member(bootstrap::start(&shared, &ensemble, storage, proposals_rx).await?)
+        }
     };
     let background = TaskTracker::new();
     background.spawn(housekeeping::expire_sessions(shared.clone()));
@@ -203,17 +238,26 @@ async fn serve<L: Listener>(
         warn!("some connections did not finish within the grace period");
     }
     background.wait().await;
-    stop_committer.cancel();
-    // The committer finishes the queued batches, then drops the log and the
-    // snapshotter; then a snapshot in progress is let finish.
-    tokio::task::spawn_blocking(move || {
-        if commit_thread.join().is_err() {
-            error!("the committer thread panicked");
+    match running {
+        Running::Standalone {
+            stop,
+            commit_thread,
+            snapshot_thread,
+        } => {
+            stop.cancel();
+            // The committer finishes the queued batches, then drops the log and the
+            // snapshotter; then a snapshot in progress is let finish.
+            tokio::task::spawn_blocking(move || {
+                if commit_thread.join().is_err() {
+                    error!("the committer thread panicked");
+                }
+                snapshot_thread.join()
+            })
+            .await
+            .ok();
         }
-        snapshot_thread.join()
-    })
-    .await
-    .ok();
+        Running::Member(member) => member.stop().await,
+    }
     info!(last_zxid = shared.last_zxid(), "stopped");
     drop(lock);
     Ok(())
@@ -222,12 +266,36 @@ async fn serve<L: Listener>(
 /// Everything `run` needs from the data directory.
 struct OpenedStorage {
     state: StateMachine,
-    epoch: u64,
-    commit_log: TxnLogWriter,
-    snapshotter: Snapshotter,
-    snapshot_thread: SnapshotThread,
+    mode: Mode,
     /// Held (locked) for as long as the server runs.
     lock: File,
+}
+
+/// How writes are made durable and ordered.
+enum Mode {
+    /// The local write-ahead log.
+    Standalone {
+        epoch: u64,
+        commit_log: TxnLogWriter,
+        snapshotter: Snapshotter,
+        snapshot_thread: SnapshotThread,
+    },
+    /// The replicated log of an ensemble.
+    Member(MemberStorage),
+}
+
+enum Starting {
+    Standalone { snapshot_thread: SnapshotThread },
+    Member(MemberStorage),
+}
+
+enum Running {
+    Standalone {
+        stop: CancellationToken,
+        commit_thread: std::thread::JoinHandle<()>,
+        snapshot_thread: SnapshotThread,
+    },
+    Member(RunningMember),
 }
 
 /// Locks the data directory, recovers the state, repairs a torn log tail and
@@ -252,6 +320,22 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
     {
         info!(path = %removed.display(), "removed an unfinished snapshot");
     }
+    if let Some(ensemble) = &config.ensemble {
+        let (state, storage) =
+            bootstrap::open_storage(config, ensemble, &layout.log_dir, &layout.snapshot_dir)?;
+        info!(
+            member = ensemble.member_id,
+            last_zxid = state.last_zxid(),
+            nodes = state.tree.len(),
+            "opened the member's storage"
+        );
+        return Ok(OpenedStorage {
+            state,
+            mode: Mode::Member(storage),
+            lock,
+        });
+    }
+    bootstrap::refuse_member_data(&layout.data_dir)?;
     let started = std::time::Instant::now();
     let recovery = recovery::recover(&layout)?;
     for skipped in &recovery.skipped {
@@ -287,10 +371,12 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
     .map_err(io(&layout.snapshot_dir))?;
     Ok(OpenedStorage {
         state: recovery.state,
-        epoch: recovery.epoch,
-        commit_log: writer,
-        snapshotter,
-        snapshot_thread,
+        mode: Mode::Standalone {
+            epoch: recovery.epoch,
+            commit_log: writer,
+            snapshotter,
+            snapshot_thread,
+        },
         lock,
     })
 }

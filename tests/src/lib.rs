@@ -33,6 +33,8 @@ static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 /// A running `arbord` child process.
 pub struct TestServer {
     child: Child,
+    /// The leader this server last said it follows (ensemble members).
+    leader_seen: std::sync::Arc<AtomicU64>,
     _stdin: Option<ChildStdin>,
     addr: String,
     data_dir: PathBuf,
@@ -195,17 +197,26 @@ impl TestServer {
             return Err(String::from_utf8_lossy(&output.stderr).into_owned());
         };
         let addr = addr.to_owned();
+        let leader_seen = std::sync::Arc::new(AtomicU64::new(NO_LEADER_SEEN));
         if !log_to_terminal {
-            // Keep draining stderr so the server never blocks on a full pipe.
+            // Keep draining stderr so the server never blocks on a full pipe,
+            // noting who it says leads.
             if let Some(stderr) = child.stderr.take() {
+                let leader_seen = leader_seen.clone();
                 std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink());
+                    for line in BufReader::new(stderr).lines() {
+                        let Ok(line) = line else { return };
+                        if let Some(leader) = leader_in(&line) {
+                            leader_seen.store(leader.unwrap_or(NO_LEADER_SEEN), Ordering::Release);
+                        }
+                    }
                 });
             }
         }
         let stdin = child.stdin.take();
         Ok(Self {
             child,
+            leader_seen,
             _stdin: stdin,
             addr,
             data_dir: data_dir.to_owned(),
@@ -242,6 +253,111 @@ impl TestServer {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// The member this ensemble member last logged as its leader.
+    pub fn leader_seen(&self) -> Option<u64> {
+        match self.leader_seen.load(Ordering::Acquire) {
+            NO_LEADER_SEEN => None,
+            leader => Some(leader),
+        }
+    }
+}
+
+const NO_LEADER_SEEN: u64 = u64::MAX;
+
+/// `Some(leader)` from an arbord "leader changed" log line.
+fn leader_in(line: &str) -> Option<Option<u64>> {
+    if !line.contains("leader changed") {
+        return None;
+    }
+    let after = line.split("leader=").nth(1)?;
+    if after.starts_with("None") {
+        return Some(None);
+    }
+    let digits: String = after
+        .strip_prefix("Some(")?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().map(Some)
+}
+
+/// An ensemble of `arbord` processes on 127.0.0.1: member i (from 1) is
+/// `members[i - 1]`, each with its own data directory and peer port.
+pub struct TestEnsemble {
+    pub members: Vec<TestServer>,
+    _dirs: Vec<TempDir>,
+}
+
+impl TestEnsemble {
+    /// Starts `count` members and waits until they agree on a leader.
+    pub fn start(count: usize) -> Self {
+        let peers: Vec<String> = (0..count).map(|_| free_addr()).collect();
+        let clients: Vec<String> = (0..count).map(|_| free_addr()).collect();
+        let mut flags = Vec::new();
+        for (k, (client, peer)) in clients.iter().zip(&peers).enumerate() {
+            flags.push("--member".to_owned());
+            flags.push(format!("{}={client}/{peer}", k + 1));
+        }
+        let dirs: Vec<TempDir> = (0..count).map(|_| TempDir::new()).collect();
+        let members = (0..count)
+            .map(|k| {
+                let id = (k + 1).to_string();
+                let mut extra: Vec<&str> = vec!["--member-id", &id];
+                extra.extend(flags.iter().map(String::as_str));
+                TestServer::spawn(dirs[k].path(), &clients[k], &extra)
+            })
+            .collect();
+        let ensemble = Self {
+            members,
+            _dirs: dirs,
+        };
+        ensemble.wait_for_leader(None);
+        ensemble
+    }
+
+    /// Every member's client address, comma-separated, as clients take them.
+    pub fn addrs(&self) -> String {
+        let addrs: Vec<&str> = self.members.iter().map(TestServer::addr).collect();
+        addrs.join(",")
+    }
+
+    /// The member (from 1) that a majority of the running members follow,
+    /// other than `not`; waits up to 10 s for one.
+    pub fn wait_for_leader(&self, not: Option<u64>) -> u64 {
+        let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let mut votes = std::collections::HashMap::new();
+            for member in &self.members {
+                if let Some(leader) = member.leader_seen() {
+                    *votes.entry(leader).or_insert(0usize) += 1;
+                }
+            }
+            let majority = self.members.len() / 2 + 1;
+            if let Some((leader, _)) = votes
+                .into_iter()
+                .find(|(leader, count)| *count >= majority && Some(*leader) != not)
+            {
+                return leader;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no leader elected within {ANSWER_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Member `id` (from 1).
+    pub fn member(&mut self, id: u64) -> &mut TestServer {
+        &mut self.members[id as usize - 1]
+    }
+}
+
+/// A free port on 127.0.0.1 (free when asked; tests accept the small race).
+pub fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    listener.local_addr().expect("has an address").to_string()
 }
 
 impl Drop for TestServer {

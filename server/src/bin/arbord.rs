@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use arbor_server::config::EnsembleConfig;
 use arbor_server::storage::txnlog::FsyncPolicy;
 use arbor_server::{Config, Server};
 use clap::Parser;
@@ -35,9 +36,18 @@ fn purge_freed_memory_at_once() {
 #[derive(Debug, Parser)]
 #[command(name = "arbord", version, about = "The Arbor coordination server")]
 struct Args {
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:7181")]
-    listen: SocketAddr,
+    /// Address to listen on for clients (port 0 picks a free port). Default:
+    /// 127.0.0.1:7181, or an ensemble member's client address from --member.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// This server's id in an ensemble (one of the --member ids). Without
+    /// it, the server runs standalone.
+    #[arg(long, requires = "member")]
+    member_id: Option<u64>,
+    /// An ensemble member, as ID=CLIENT_ADDR/PEER_ADDR (e.g.
+    /// 1=127.0.0.1:7181/127.0.0.1:7191); once per member, this one included.
+    #[arg(long, requires = "member_id")]
+    member: Vec<String>,
     /// Directory for the write-ahead log and snapshots (created if missing).
     #[arg(long, default_value = "./arbor-data")]
     data_dir: PathBuf,
@@ -91,9 +101,42 @@ enum Fsync {
     Never,
 }
 
+/// The client port of a standalone server.
+const LISTEN_DEFAULT: &str = "127.0.0.1:7181";
+
 impl Args {
-    fn config(&self) -> Config {
-        Config {
+    fn ensemble(&self) -> anyhow::Result<Option<EnsembleConfig>> {
+        let Some(member_id) = self.member_id else {
+            return Ok(None);
+        };
+        let mut members = std::collections::BTreeMap::new();
+        for text in &self.member {
+            let (id, addr) = EnsembleConfig::parse_member(text)?;
+            if members.insert(id, addr).is_some() {
+                anyhow::bail!("--member {id} is given twice");
+            }
+        }
+        Ok(Some(EnsembleConfig { member_id, members }))
+    }
+
+    /// Where clients connect: --listen, else a member's own client address.
+    fn listen(&self, config: &Config) -> anyhow::Result<SocketAddr> {
+        if let Some(addr) = self.listen {
+            return Ok(addr);
+        }
+        let text = match &config.ensemble {
+            Some(ensemble) => ensemble
+                .members
+                .get(&ensemble.member_id)
+                .map_or(LISTEN_DEFAULT, |addr| addr.client.as_str()),
+            None => LISTEN_DEFAULT,
+        };
+        text.parse()
+            .with_context(|| format!("client address {text:?} is not IP:PORT"))
+    }
+
+    fn config(&self) -> anyhow::Result<Config> {
+        Ok(Config {
             data_dir: self.data_dir.clone(),
             tick_ms: self.tick_ms,
             frame_bytes_max: self.max_frame_bytes,
@@ -110,8 +153,9 @@ impl Args {
             snap_count: self.snap_count,
             snap_retain: self.snap_retain,
             segment_bytes_max: self.segment_bytes,
+            ensemble: self.ensemble()?,
             ..Config::default()
-        }
+        })
     }
 }
 
@@ -138,8 +182,9 @@ fn run(args: Args) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let config = args.config();
+    let config = args.config().context("invalid settings")?;
     config.validate().context("invalid settings")?;
+    let listen = args.listen(&config)?;
     let server = Server::open(config)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -147,9 +192,9 @@ fn run(args: Args) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
+        let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
+            .with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener
             .local_addr()
             .context("cannot read the listening address")?;

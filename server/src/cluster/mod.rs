@@ -20,9 +20,14 @@
 //! and increasing across leader changes and restarts, so a lock's fencing
 //! token (the czxid of its node) keeps increasing through a failover.
 
+pub mod bootstrap;
 pub mod log_files;
 pub mod log_store;
+pub mod member;
 pub mod meta_file;
+pub mod network;
+pub mod peer;
+pub mod peer_server;
 pub mod records;
 pub mod state_machine;
 pub mod types;

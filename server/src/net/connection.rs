@@ -261,13 +261,31 @@ async fn open_session(
         timeout_ms,
     };
     let refused = |code: ErrorCode| Some(closing(code, format!("cannot open a session: {code}")));
-    let result = propose(shared, txn).await.map_err(refused)?;
-    match result.await {
-        Ok(Ok(_)) => Ok((session_id, password, timeout_ms)),
-        Ok(Err(code)) => Err(refused(code)),
-        Err(_) => Err(refused(ErrorCode::Unavailable)),
+    // In an ensemble a leader change can leave the outcome unknown or refuse
+    // the write; the same txn is tried again, and finding the session
+    // already there means an earlier try went through.
+    for attempt in 1..=OPEN_SESSION_ATTEMPTS {
+        let result = propose(shared, txn.clone()).await.map_err(refused)?;
+        let code = match result.await {
+            Ok(Ok(_)) => return Ok((session_id, password, timeout_ms)),
+            Ok(Err(ErrorCode::SessionMoved)) if attempt > 1 => {
+                return Ok((session_id, password, timeout_ms))
+            }
+            Ok(Err(code @ ErrorCode::NotLeader)) | Ok(Err(code @ ErrorCode::Unavailable)) => code,
+            Ok(Err(code)) => return Err(refused(code)),
+            Err(_) => ErrorCode::Unavailable,
+        };
+        if attempt == OPEN_SESSION_ATTEMPTS || shared.shutdown.is_cancelled() {
+            return Err(refused(code));
+        }
+        tokio::time::sleep(OPEN_SESSION_RETRY_PAUSE).await;
     }
+    Err(refused(ErrorCode::Unavailable))
 }
+
+/// Tries at opening a session through a leader change.
+const OPEN_SESSION_ATTEMPTS: u32 = 3;
+const OPEN_SESSION_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn resume_session(
     shared: &Shared,
@@ -474,8 +492,27 @@ async fn classify(
                 ),
             }
         }
+        Op::Sync { .. } if shared.ensemble().is_some() => {
+            (synced(shared, session_id, xid, op), false)
+        }
         op => (Pending::Read { xid, op }, false),
     }
+}
+
+/// An ensemble member's `sync`: answered once this member has applied what
+/// the leader had committed, so the session's next read is linearizable.
+fn synced(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> Pending {
+    let (answer, result) = oneshot::channel();
+    let (checked, _) = read::execute(shared, session_id, &op);
+    let barrier = shared.ensemble().map(|ensemble| ensemble.sync());
+    tokio::spawn(async move {
+        let result = match barrier {
+            Some(barrier) => barrier.await.and(checked),
+            None => checked,
+        };
+        let _ = answer.send(result);
+    });
+    Pending::Write { xid, result }
 }
 
 /// A write, committed at once on this thread when `inline` (nothing of this
@@ -518,10 +555,26 @@ async fn respond_loop(
     while let Some(item) = pending.recv().await {
         let message = match item {
             Pending::Ready { xid, result } => reply(xid, shared.last_zxid(), result),
-            Pending::Write { xid, result } => {
-                let result = result.await.unwrap_or(Err(ErrorCode::Unavailable));
-                reply(xid, shared.last_zxid(), result)
-            }
+            Pending::Write { xid, result } => match result.await {
+                Ok(result) => reply(xid, shared.last_zxid(), result),
+                // Nobody will say whether the write happened (the server is
+                // stopping, or an ensemble's leader changed under it). The
+                // connection closes unanswered, so the client sees a
+                // connection loss (outcome unknown), never a false answer.
+                Err(_) => {
+                    info!(
+                        session_id,
+                        xid, "a write's outcome is unknown; closing the connection"
+                    );
+                    let _ = outbound
+                        .send(closing(
+                            ErrorCode::Unavailable,
+                            "the outcome of a write is unknown; reconnect and check",
+                        ))
+                        .await;
+                    return;
+                }
+            },
             Pending::Read { xid, op } => {
                 let (result, zxid) = read::execute(&shared, session_id, &op);
                 reply(xid, zxid, result)

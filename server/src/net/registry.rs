@@ -80,6 +80,11 @@ impl ConnectionRegistry {
         }
     }
 
+    /// The sessions with a connection to this server.
+    pub fn sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
+        self.by_session.keys().copied()
+    }
+
     pub fn len(&self) -> usize {
         self.by_session.len()
     }

@@ -98,6 +98,9 @@ pub struct Committer {
     /// committing inline would hold up the other connections on its thread
     /// for a sync. Inline commits wait until batches are single again.
     batching: AtomicBool,
+    /// False for an ensemble member: its writes are ordered by the
+    /// replicated log, never committed on the spot.
+    inline: bool,
 }
 
 struct Order {
@@ -125,6 +128,20 @@ impl Committer {
             })),
             queued: AtomicUsize::new(0),
             batching: AtomicBool::new(false),
+            inline: true,
+        }
+    }
+
+    /// An ensemble member's committer: proposals go to `queue`, whose
+    /// receiver hands them to the replicated log in order
+    /// (`crate::cluster::replicator`); none is committed inline.
+    pub fn replicated(queue: mpsc::Sender<Proposal>) -> Self {
+        Self {
+            queue,
+            order: Mutex::new(None),
+            queued: AtomicUsize::new(0),
+            batching: AtomicBool::new(false),
+            inline: false,
         }
     }
 
@@ -149,7 +166,10 @@ impl Committer {
         shared: &Shared,
         proposal: Proposal,
     ) -> Result<WriteResult, Proposal> {
-        if self.queued.load(Ordering::Acquire) != 0 || self.batching.load(Ordering::Relaxed) {
+        if !self.inline
+            || self.queued.load(Ordering::Acquire) != 0
+            || self.batching.load(Ordering::Relaxed)
+        {
             return Err(proposal);
         }
         let Some(mut order) = self.order.try_lock() else {

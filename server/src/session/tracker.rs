@@ -90,6 +90,31 @@ impl SessionTracker {
         expired
     }
 
+    /// Gives every session a full timeout from `now_ms` and forgets which
+    /// were being closed: what a member does when it becomes the leader (no
+    /// live session may expire because of a failover) or stops being it (a
+    /// close it proposed may never have been committed).
+    pub fn renew_all(&mut self, now_ms: u64) {
+        for (session_id, tracked) in &mut self.sessions {
+            tracked.closing = false;
+            self.expiry
+                .update(*session_id, now_ms, u64::from(tracked.timeout_ms));
+        }
+    }
+
+    /// Of `sessions`, those alive here: not closing, deadline not passed.
+    pub fn alive_among(
+        &self,
+        sessions: impl Iterator<Item = SessionId>,
+        now_ms: u64,
+    ) -> Vec<SessionId> {
+        sessions
+            .filter(|id| {
+                self.is_active(*id) && self.expiry.deadline(*id).is_some_and(|due| due > now_ms)
+            })
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
@@ -124,6 +149,23 @@ mod tests {
             assert!(tracker.touch(1, now));
             assert!(tracker.take_expired(now).is_empty());
         }
+    }
+
+    #[test]
+    fn renewing_gives_every_session_a_full_timeout_again() {
+        let mut tracker = SessionTracker::new(100);
+        tracker.add(1, 400, 0);
+        tracker.add(2, 400, 0);
+        assert!(tracker.start_closing(2));
+        tracker.renew_all(1_000);
+        assert!(tracker.take_expired(1_400).is_empty());
+        assert_eq!(
+            tracker.alive_among([1, 2, 3].into_iter(), 1_400),
+            vec![1, 2]
+        );
+        let mut expired = tracker.take_expired(1_500);
+        expired.sort_unstable();
+        assert_eq!(expired, vec![1, 2]);
     }
 
     #[test]

@@ -1,0 +1,281 @@
+//! An `arbord` running as an ensemble member: its writes go through the
+//! replicated log, it knows who leads, it keeps its clients' sessions alive
+//! at the leader, and it answers `sync`.
+//!
+//! The write path of a member ([`run_replicator`]) takes proposals in the
+//! order its connections made them. On the leader each goes straight into
+//! the log; on a follower it is forwarded to the leader over one pipelined
+//! peer connection, so a session's writes keep their order. Either way the
+//! member answers only after its *own* apply of the entry, so the client
+//! has seen the change's watch events first and its next read (served
+//! locally) sees its write. A write whose fate is unknown (the leader
+//! changed under it) is not answered: its connection is closed, and the
+//! client sees a connection loss, as it would with ZooKeeper.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::ErrorCode;
+use futures_util::future::BoxFuture;
+use openraft::Raft;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use super::peer::{ForwardRefused, PeerClient, PeerReply, PeerRequest};
+use super::peer_server::read_index;
+use super::records::{MemberAddr, MemberId};
+use super::types::{Command, Outcome, TypeConfig};
+use crate::context::{Ensemble, Shared};
+use crate::pipeline::commit::{Proposal, WriteResult};
+
+/// How long `sync` or a follower's write may wait for the local apply of
+/// what the leader committed.
+pub const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
+/// How long a write waits for an election to end before it is refused
+/// with `NotLeader`: a few election timeouts.
+const LEADER_WAIT_MAX: Duration = Duration::from_secs(3);
+/// Proposals taken from the queue at once.
+const REPLICATE_BATCH_MAX: usize = 1024;
+const NO_LEADER: u64 = u64::MAX;
+
+/// This member, as the rest of the server sees it.
+pub struct Member {
+    id: MemberId,
+    raft: Raft<TypeConfig>,
+    /// Connections for forwarded writes, read indexes and touches (raft's
+    /// own messages have theirs, from the network factory).
+    peers: BTreeMap<MemberId, PeerClient>,
+    /// The leader this member knows of (`NO_LEADER`: none).
+    leader: AtomicU64,
+}
+
+impl Member {
+    pub fn new(
+        id: MemberId,
+        raft: Raft<TypeConfig>,
+        members: &BTreeMap<MemberId, MemberAddr>,
+    ) -> Self {
+        let peers = members
+            .iter()
+            .filter(|(other, _)| **other != id)
+            .map(|(other, addr)| (*other, PeerClient::new(addr.peer.clone())))
+            .collect();
+        Self {
+            id,
+            raft,
+            peers,
+            leader: AtomicU64::new(NO_LEADER),
+        }
+    }
+
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
+    }
+
+    pub fn leader(&self) -> Option<MemberId> {
+        match self.leader.load(Ordering::Acquire) {
+            NO_LEADER => None,
+            leader => Some(leader),
+        }
+    }
+
+    /// The leader, waiting for an election in progress to end (a write
+    /// cannot go anywhere before; the queue behind it waits too, which
+    /// keeps a session's writes in order).
+    async fn leader_or_wait(&self) -> Option<MemberId> {
+        if let Some(leader) = self.leader() {
+            return Some(leader);
+        }
+        self.raft
+            .wait(Some(LEADER_WAIT_MAX))
+            .metrics(|m| m.current_leader.is_some(), "a leader")
+            .await
+            .ok()
+            .and_then(|m| m.current_leader)
+    }
+
+    /// Waits until the local state has applied `index`.
+    async fn applied(raft: &Raft<TypeConfig>, index: u64) -> Result<(), ErrorCode> {
+        raft.wait(Some(APPLY_WAIT_MAX))
+            .applied_index_at_least(Some(index), "apply")
+            .await
+            .map(|_| ())
+            .map_err(|_| ErrorCode::Unavailable)
+    }
+}
+
+impl Ensemble for Member {
+    fn is_leader(&self) -> bool {
+        self.leader() == Some(self.id)
+    }
+
+    fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>> {
+        let raft = self.raft.clone();
+        let leader = self.leader();
+        let asked = match leader {
+            Some(leader) if leader == self.id => None,
+            Some(leader) => match self
+                .peers
+                .get(&leader)
+                .map(|peer| peer.send(PeerRequest::ReadIndex))
+            {
+                Some(Ok(answer)) => Some(answer),
+                _ => return Box::pin(async { Err(ErrorCode::Unavailable) }),
+            },
+            None => return Box::pin(async { Err(ErrorCode::Unavailable) }),
+        };
+        Box::pin(async move {
+            let index = match asked {
+                None => read_index(&raft).await,
+                Some(answer) => match answer.await {
+                    Ok(PeerReply::ReadIndex(index)) => index,
+                    _ => Err(ForwardRefused::Unknown("no answer".into())),
+                },
+            }
+            .map_err(|_| ErrorCode::Unavailable)?;
+            Member::applied(&raft, index).await
+        })
+    }
+}
+
+/// The member's write path; see the module docs. Ends when the queue closes.
+pub async fn run_replicator(mut proposals: mpsc::Receiver<Proposal>, member: Arc<Member>) {
+    let mut batch = Vec::with_capacity(REPLICATE_BATCH_MAX);
+    while proposals.recv_many(&mut batch, REPLICATE_BATCH_MAX).await > 0 {
+        for proposal in batch.drain(..) {
+            replicate(&member, proposal).await;
+        }
+    }
+}
+
+async fn replicate(member: &Arc<Member>, proposal: Proposal) {
+    let command = Command {
+        time_ms: proposal.time_ms,
+        txn: proposal.txn,
+        origin: None,
+    };
+    let reply = proposal.reply;
+    let answer = |result: Option<WriteResult>| {
+        if let (Some(reply), Some(result)) = (reply, result) {
+            let _ = reply.send(result);
+        }
+        // No result: the reply is dropped, and the connection closes.
+    };
+    let raft = member.raft.clone();
+    match member.leader_or_wait().await {
+        Some(leader) if leader == member.id => match raft.client_write_ff(command).await {
+            Ok(written) => {
+                tokio::spawn(async move {
+                    let result = match written.await {
+                        Ok(Ok(response)) => outcome(response.data),
+                        // Not written, but the writes queued behind it may
+                        // be, through the new leader: unanswered, so the
+                        // connection closes and the client sees the whole
+                        // run as unknown rather than a gap in its order.
+                        _ => None,
+                    };
+                    answer(result);
+                });
+            }
+            Err(_) => answer(Some(Err(ErrorCode::Unavailable))),
+        },
+        Some(leader) => {
+            let sent = member
+                .peers
+                .get(&leader)
+                .map(|peer| peer.send(PeerRequest::Forward(command)));
+            let Some(Ok(forwarded)) = sent else {
+                answer(Some(Err(ErrorCode::NotLeader)));
+                return;
+            };
+            tokio::spawn(async move {
+                let result = match forwarded.await {
+                    Ok(PeerReply::Forwarded(Ok((index, data)))) => {
+                        match Member::applied(&raft, index).await {
+                            Ok(()) => outcome(data),
+                            Err(_) => None,
+                        }
+                    }
+                    Ok(PeerReply::Forwarded(Err(ForwardRefused::NotLeader { .. }))) => {
+                        Some(Err(ErrorCode::NotLeader))
+                    }
+                    _ => None,
+                };
+                answer(result);
+            });
+        }
+        // Not written: the client may try again (or another member).
+        None => answer(Some(Err(ErrorCode::NotLeader))),
+    }
+}
+
+fn outcome(data: Outcome) -> Option<WriteResult> {
+    match data {
+        Outcome::Write(result) => Some(result),
+        Outcome::Nothing => None,
+    }
+}
+
+/// Follows who leads. On any change of this member's role every session gets
+/// a full timeout again: a new leader must not expire a session whose
+/// touches went to the old one.
+pub async fn watch_leadership(member: Arc<Member>, shared: Arc<Shared>, stop: CancellationToken) {
+    let mut metrics = member.raft.metrics();
+    let mut was_leader = false;
+    loop {
+        let (leader, term) = {
+            let now = metrics.borrow_and_update();
+            (now.current_leader, now.current_term)
+        };
+        let previous = member
+            .leader
+            .swap(leader.unwrap_or(NO_LEADER), Ordering::AcqRel);
+        if previous != leader.unwrap_or(NO_LEADER) {
+            info!(member = member.id, leader = ?leader, term, "leader changed");
+        }
+        let is_leader = leader == Some(member.id);
+        if is_leader != was_leader {
+            shared.tracker.lock().renew_all(shared.clock.monotonic_ms());
+            was_leader = is_leader;
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Once per tick, a follower tells the leader which of its clients'
+/// sessions are alive (ZooKeeper's batched session touches).
+pub async fn send_touches(member: Arc<Member>, shared: Arc<Shared>, stop: CancellationToken) {
+    let tick = Duration::from_millis(u64::from(shared.config.tick_ms));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(tick / 2) => {}
+            () = stop.cancelled() => return,
+        }
+        let Some(leader) = member.leader().filter(|leader| *leader != member.id) else {
+            continue;
+        };
+        let alive = {
+            let connections = shared.connections.lock();
+            let tracker = shared.tracker.lock();
+            tracker.alive_among(connections.sessions(), shared.clock.monotonic_ms())
+        };
+        if alive.is_empty() {
+            continue;
+        }
+        if let Some(peer) = member.peers.get(&leader) {
+            debug!(
+                leader,
+                sessions = alive.len(),
+                "touching sessions at the leader"
+            );
+            // Not awaited: the next tick sends them again anyway.
+            drop(peer.send(PeerRequest::Touch(alive)));
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The peer protocol: how members talk to each other over TCP.
+//!
+//! One framing for every message: a u32 big-endian length, then a bincode
+//! body (openraft's messages are serde types, encoded through bincode's
+//! serde layer, decoded with a memory limit like every other input). A
+//! frame carries a request id, so requests on one connection are answered
+//! as they complete, and many can be in flight; the order requests are
+//! *handled* in is the order they were sent where it matters (forwarded
+//! writes enter the leader's log in arrival order).
+//!
+//! Requests: raft's own three (append entries, vote, install a snapshot
+//! chunk), plus Arbor's: a write forwarded by a follower to the leader (the
+//! answer is the entry's log index and outcome; the follower waits for its
+//! own apply of it before it answers its client), a read index for `sync`,
+//! and the batch of sessions a member's clients kept alive this tick.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::SessionId;
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tracing::debug;
+
+use super::records::MemberId;
+use super::types::{Command, Outcome, TypeConfig};
+
+/// The largest peer frame: a batch of at most `RAFT_PAYLOAD_ENTRIES_MAX`
+/// entries of at most a client frame each, or a snapshot chunk.
+pub const PEER_FRAME_BYTES_MAX: usize = 96 * 1024 * 1024;
+/// Entries in one append: bounds a frame (each entry is at most one client
+/// frame, 1 MiB by default).
+pub const RAFT_PAYLOAD_ENTRIES_MAX: u64 = 64;
+/// Requests waiting for a connection to a peer, and in flight on it.
+pub const PEER_REQUESTS_IN_FLIGHT_MAX: usize = 4096;
+/// How long a connection attempt to a peer may take.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A decode may claim at most this much memory.
+const PEER_DECODE_MEMORY_MAX: usize = 4 * PEER_FRAME_BYTES_MAX;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerRequest {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<MemberId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Forward(Command),
+    ReadIndex,
+    Touch(Vec<SessionId>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerReply {
+    Append(Result<AppendEntriesResponse<MemberId>, RaftError<MemberId>>),
+    Vote(Result<VoteResponse<MemberId>, RaftError<MemberId>>),
+    Snapshot(Result<InstallSnapshotResponse<MemberId>, RaftError<MemberId, InstallSnapshotError>>),
+    /// The forwarded write's log index and outcome, or why it was not
+    /// written (`NotLeader`: certainly not; anything else: unknown).
+    Forwarded(Result<(u64, Outcome), ForwardRefused>),
+    ReadIndex(Result<u64, ForwardRefused>),
+    Touched,
+}
+
+/// Why the leader did not take a forwarded write or give a read index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ForwardRefused {
+    /// This member does not lead (any more): the write was not made.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader { leader: Option<MemberId> },
+    /// The write may or may not have been made.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Frame<T> {
+    id: u64,
+    body: T,
+}
+
+/// Why a request to a peer got no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PeerError {
+    #[error("cannot reach member at {addr}: {reason}")]
+    Unreachable { addr: String, reason: String },
+    #[error("the connection to {addr} failed: {reason}")]
+    Connection { addr: String, reason: String },
+    #[error("too many requests to {addr} in flight")]
+    Busy { addr: String },
+}
+
+const BINCODE: bincode::config::Configuration = bincode::config::standard();
+
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Bytes, String> {
+    bincode::serde::encode_to_vec(value, BINCODE)
+        .map(Bytes::from)
+        .map_err(|err| err.to_string())
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let (value, used) =
+        bincode::serde::decode_from_slice(bytes, BINCODE.with_limit::<PEER_DECODE_MEMORY_MAX>())
+            .map_err(|err| err.to_string())?;
+    if used != bytes.len() {
+        return Err(format!("{} trailing bytes", bytes.len() - used));
+    }
+    Ok(value)
+}
+
+pub(crate) fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(PEER_FRAME_BYTES_MAX)
+        .new_codec()
+}
+
+type Waiter = oneshot::Sender<Result<PeerReply, PeerError>>;
+
+/// A connection to one peer, opened on first use and again after a failure;
+/// requests on it are pipelined.
+#[derive(Clone)]
+pub struct PeerClient {
+    addr: String,
+    queue: mpsc::Sender<(PeerRequest, Waiter)>,
+}
+
+impl PeerClient {
+    /// A client for the member at `addr`; its connection task runs until
+    /// every clone is dropped.
+    pub fn new(addr: String) -> Self {
+        let (queue, requests) = mpsc::channel(PEER_REQUESTS_IN_FLIGHT_MAX);
+        tokio::spawn(run_client(addr.clone(), requests));
+        Self { addr, queue }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends `request` and waits for its answer.
+    pub async fn call(&self, request: PeerRequest) -> Result<PeerReply, PeerError> {
+        self.send(request)?.await
+    }
+
+    /// Queues `request` now, so requests go out in the order of these
+    /// calls; the returned future is its answer.
+    pub fn send(
+        &self,
+        request: PeerRequest,
+    ) -> Result<impl std::future::Future<Output = Result<PeerReply, PeerError>>, PeerError> {
+        let (waiter, answer) = oneshot::channel();
+        self.queue
+            .try_send((request, waiter))
+            .map_err(|_| PeerError::Busy {
+                addr: self.addr.clone(),
+            })?;
+        let addr = self.addr.clone();
+        Ok(async move {
+            answer.await.map_err(|_| PeerError::Connection {
+                addr,
+                reason: "the connection task stopped".into(),
+            })?
+        })
+    }
+}
+
+async fn run_client(addr: String, mut requests: mpsc::Receiver<(PeerRequest, Waiter)>) {
+    let mut next_id = 0u64;
+    while let Some(first) = requests.recv().await {
+        let stream =
+            match tokio::time::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(&addr)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(err)) => {
+                    let _ = first.1.send(Err(PeerError::Unreachable {
+                        addr: addr.clone(),
+                        reason: err.to_string(),
+                    }));
+                    continue;
+                }
+                Err(_) => {
+                    let _ = first.1.send(Err(PeerError::Unreachable {
+                        addr: addr.clone(),
+                        reason: "connect timed out".into(),
+                    }));
+                    continue;
+                }
+            };
+        let _ = stream.set_nodelay(true);
+        let mut framed = Framed::new(stream, codec());
+        let waiting: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
+        let mut pending = Some(first);
+        let failure = loop {
+            let (request, waiter) = match pending.take() {
+                Some(item) => item,
+                None => tokio::select! {
+                    item = requests.recv() => match item {
+                        Some(item) => item,
+                        None => return,
+                    },
+                    frame = framed.next() => match answer(&waiting, frame) {
+                        Ok(()) => continue,
+                        Err(reason) => break reason,
+                    },
+                },
+            };
+            next_id += 1;
+            let bytes = match encode(&Frame {
+                id: next_id,
+                body: request,
+            }) {
+                Ok(bytes) => bytes,
+                Err(reason) => {
+                    let _ = waiter.send(Err(PeerError::Connection {
+                        addr: addr.clone(),
+                        reason: format!("cannot encode the request: {reason}"),
+                    }));
+                    continue;
+                }
+            };
+            waiting.lock().insert(next_id, waiter);
+            if let Err(err) = framed.send(bytes).await {
+                break err.to_string();
+            }
+        };
+        debug!(%addr, reason = %failure, "peer connection lost");
+        for (_, waiter) in waiting.lock().drain() {
+            let _ = waiter.send(Err(PeerError::Connection {
+                addr: addr.clone(),
+                reason: failure.clone(),
+            }));
+        }
+    }
+}
+
+/// Hands an answer to its waiter; an error ends the connection.
+fn answer(
+    waiting: &Mutex<HashMap<u64, Waiter>>,
+    frame: Option<Result<bytes::BytesMut, std::io::Error>>,
+) -> Result<(), String> {
+    let bytes = match frame {
+        None => return Err("closed by the peer".into()),
+        Some(Err(err)) => return Err(err.to_string()),
+        Some(Ok(bytes)) => bytes,
+    };
+    let frame: Frame<PeerReply> = decode(&bytes)?;
+    if let Some(waiter) = waiting.lock().remove(&frame.id) {
+        let _ = waiter.send(Ok(frame.body));
+    }
+    Ok(())
+}

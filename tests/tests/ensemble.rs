@@ -1,0 +1,217 @@
+//! A 3-member ensemble of real `arbord` processes on 127.0.0.1: writes go
+//! through any member, survive `kill -9` of the leader again and again,
+//! and a lock holder keeps its lock and its session through a failover.
+//!
+//! `ARBOR_ENSEMBLE_KILLS=N` sets how many times the leader is killed (20 by
+//! default; the `--ignored` soak kills it 100 times).
+
+use std::time::{Duration, Instant};
+
+use arbor_client::recipes::Mutex;
+use arbor_client::{Client, ClientOptions, CreateMode, Error};
+use arbor_tests::TestEnsemble;
+
+fn options() -> ClientOptions {
+    ClientOptions::default()
+        .with_session_timeout(Duration::from_millis(4000))
+        .with_request_timeout(Duration::from_secs(3))
+}
+
+fn kills_from_env(default: usize) -> usize {
+    match std::env::var("ARBOR_ENSEMBLE_KILLS") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("ARBOR_ENSEMBLE_KILLS={text:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Creates `path`, retrying what certainly failed; returns its czxid, or
+/// `None` when the outcome is unknown (the connection was lost with the
+/// request in flight).
+async fn create(client: &Client, path: &str) -> Option<u64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "{path}: no member took the write"
+        );
+        match client
+            .create_with_stat(path, path.as_bytes().to_vec(), CreateMode::Persistent)
+            .await
+        {
+            Ok((_, stat)) => return Some(stat.czxid),
+            Err(Error::ConnectionLoss | Error::Timeout) => return None,
+            Err(Error::NotLeader | Error::Unavailable) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(err) => panic!("{path}: {err}"),
+        }
+    }
+}
+
+async fn kill_the_leader_again_and_again(kills: usize) {
+    let mut ensemble = TestEnsemble::start(3);
+    let client = Client::connect(&ensemble.addrs(), options())
+        .await
+        .expect("connects");
+    let mut acknowledged: Vec<(String, u64)> = Vec::new();
+    let mut failover_ms = Vec::new();
+    for round in 0..kills {
+        for i in 0..10 {
+            let path = format!("/acked-{round}-{i}");
+            if let Some(czxid) = create(&client, &path).await {
+                acknowledged.push((path, czxid));
+            }
+        }
+        let leader = ensemble.wait_for_leader(None);
+        ensemble.member(leader).kill();
+        let killed = Instant::now();
+        // The first write acknowledged after the kill.
+        let mut i = 0;
+        loop {
+            let path = format!("/after-kill-{round}-{i}");
+            i += 1;
+            if let Some(czxid) = create(&client, &path).await {
+                failover_ms.push(killed.elapsed().as_millis() as u64);
+                acknowledged.push((path, czxid));
+                break;
+            }
+        }
+        ensemble.member(leader).restart();
+    }
+    // Every acknowledged write, on every member, in the order acknowledged.
+    let czxids: Vec<u64> = acknowledged.iter().map(|(_, czxid)| *czxid).collect();
+    assert!(
+        czxids.windows(2).all(|w| w[0] < w[1]),
+        "zxids increase in the client's view: {czxids:?}"
+    );
+    for member in &ensemble.members {
+        let reader = Client::connect(member.addr(), options())
+            .await
+            .expect("connects");
+        reader.sync("/").await.expect("syncs");
+        let children = reader.get_children("/").await.expect("lists");
+        for (path, czxid) in &acknowledged {
+            assert!(
+                children.contains(&path[1..].to_owned()),
+                "{path} lost on {}",
+                member.addr()
+            );
+            let (_, stat) = reader.get_data(path).await.expect("reads");
+            assert_eq!(stat.czxid, *czxid, "{path} has the same zxid everywhere");
+        }
+        let _ = reader.close().await;
+    }
+    failover_ms.sort_unstable();
+    let p = |q: f64| failover_ms[((failover_ms.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "{} writes acknowledged; kill of the leader to the next acknowledged write: p50 {} ms, p99 {} ms, max {} ms ({} kills)",
+        acknowledged.len(),
+        p(0.5),
+        p(0.99),
+        failover_ms[failover_ms.len() - 1],
+        failover_ms.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kill_9_of_the_leader() {
+    kill_the_leader_again_and_again(kills_from_env(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: 100 kills of the leader, a few minutes"]
+async fn acknowledged_writes_survive_a_hundred_kills_of_the_leader() {
+    kill_the_leader_again_and_again(kills_from_env(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_holder_keeps_its_session_lock_and_token_through_a_failover() {
+    // The leader dies while a lock is held and a waiter queues: the holder
+    // keeps its session, node and token past a session timeout, the waiter
+    // is granted only after the release, with a larger token. A session
+    // whose only member died resumes on another with its ephemerals.
+    let mut ensemble = TestEnsemble::start(3);
+    let leader = ensemble.wait_for_leader(None);
+    let leader_addr = ensemble.member(leader).addr().to_owned();
+    let others: Vec<String> = ensemble
+        .members
+        .iter()
+        .map(|m| m.addr().to_owned())
+        .filter(|addr| *addr != leader_addr)
+        .collect();
+    let holder = Client::connect(&ensemble.addrs(), options())
+        .await
+        .expect("connects");
+    let session = holder.session_id();
+    let guard = Mutex::new(&holder, "/locks/failover")
+        .lock()
+        .await
+        .expect("granted");
+    let token = guard.fencing_token();
+    let node = guard.node().to_owned();
+    let waiter_client = Client::connect(&others.join(","), options())
+        .await
+        .expect("connects");
+    let waiter = tokio::spawn(async move {
+        let guard = Mutex::new(&waiter_client, "/locks/failover")
+            .lock()
+            .await
+            .expect("granted after the release");
+        let token = guard.fencing_token();
+        guard.release().await.expect("released");
+        token
+    });
+    let stranded = Client::connect(&leader_addr, options())
+        .await
+        .expect("connects");
+    stranded
+        .create("/stranded", Vec::new(), CreateMode::Ephemeral)
+        .await
+        .expect("created");
+    let credentials = stranded.credentials();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    ensemble.member(leader).kill();
+    ensemble.wait_for_leader(Some(leader));
+    let resumed = Client::connect(&others.join(","), options().with_resume(credentials))
+        .await
+        .expect("the session resumes on another member");
+    assert_eq!(resumed.session_id(), stranded.session_id());
+    drop(stranded);
+
+    // Longer than the session timeout: both sessions are kept alive at the
+    // new leader, and the waiter is not granted the held lock.
+    tokio::time::sleep(Duration::from_millis(5000)).await;
+    let stat = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match holder.exists(&node).await {
+                Ok(found) => break found,
+                Err(Error::ConnectionLoss | Error::Timeout) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(err) => panic!("{node}: {err}"),
+            }
+        }
+    })
+    .await
+    .expect("the holder answers")
+    .expect("the lock node survived the failover");
+    assert_eq!(holder.session_id(), session, "the same session");
+    assert_eq!(stat.ephemeral_owner, session);
+    assert_eq!(stat.czxid, token);
+    assert!(!waiter.is_finished(), "the lock was granted while held");
+    let ephemeral = resumed.exists("/stranded").await.expect("reads");
+    assert_eq!(
+        ephemeral.map(|s| s.ephemeral_owner),
+        Some(resumed.session_id())
+    );
+
+    guard.release().await.expect("released");
+    let next_token = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("granted in time")
+        .expect("waiter runs");
+    assert!(next_token > token, "{next_token} after {token}");
+}
