@@ -327,12 +327,7 @@ impl LogFiles {
             segments.push(segment);
         }
         let active = match segments.last() {
-            Some(segment) => Some(
-                OpenOptions::new()
-                    .append(true)
-                    .open(&segment.path)
-                    .map_err(io("open", &segment.path))?,
-            ),
+            Some(segment) => Some(open_append(&segment.path)?),
             None => None,
         };
         let mut files = Self {
@@ -419,6 +414,11 @@ impl LogFiles {
             file.sync_all().map_err(io("fsync", &path))?;
             sync_dir(&self.dir)?;
         }
+        // Records are appended through a handle in append mode only: a
+        // truncation moves the end of the file, and a positioned handle
+        // would then write past it, leaving a hole of zeros.
+        drop(file);
+        let file = open_append(&path)?;
         self.segments.push(Segment {
             first_index,
             prev_index,
@@ -449,6 +449,7 @@ impl LogFiles {
         };
         let keep = index.saturating_sub(segment.first_index) as usize;
         if keep < segment.ends.len() {
+            self.active = None;
             segment.ends.truncate(keep);
             let len = segment.end();
             let file = OpenOptions::new()
@@ -461,12 +462,7 @@ impl LogFiles {
             }
         }
         if self.active.is_none() {
-            self.active = Some(
-                OpenOptions::new()
-                    .append(true)
-                    .open(&segment.path)
-                    .map_err(io("open", &segment.path))?,
-            );
+            self.active = Some(open_append(&segment.path)?);
         }
         Ok(())
     }
@@ -494,6 +490,13 @@ impl LogFiles {
         }
         Ok(())
     }
+}
+
+fn open_append(path: &Path) -> Result<File, LogError> {
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(io("open", path))
 }
 
 pub(super) fn sync_dir(dir: &Path) -> Result<(), LogError> {

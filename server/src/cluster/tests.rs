@@ -176,6 +176,39 @@ async fn a_reopened_log_has_every_synced_entry_its_vote_and_its_truncations() {
 }
 
 #[tokio::test]
+async fn a_suffix_cut_inside_the_open_segment_is_overwritten_in_place() {
+    // Raft's usual truncation: a follower's last few entries conflict with
+    // the new leader's. The next append must go where the cut was, not past
+    // the old end of the file (that left a hole of zeros, found by killing
+    // the leader of a real ensemble).
+    let dir = TempDir::new("cut");
+    let big = LogOptions {
+        segment_bytes_max: 1 << 20,
+        fsync: FsyncPolicy::Always,
+    };
+    let (mut store, thread) = LogStore::open(&dir.0.join("raft"), big.clone()).expect("opens");
+    append(
+        &mut store,
+        (1..=10).map(|i| command(i, 1, &format!("/n{i}"))).collect(),
+    )
+    .await;
+    store.truncate(log_id(1, 1, 6)).await.expect("truncates");
+    append(
+        &mut store,
+        (6..=8).map(|i| command(i, 2, &format!("/m{i}"))).collect(),
+    )
+    .await;
+    drop(store);
+    thread.join();
+    let (mut store, _thread) = LogStore::open(&dir.0.join("raft"), big).expect("reopens");
+    let expected: Vec<(u64, u64)> = (1..=5)
+        .map(|i| (1, i))
+        .chain((6..=8).map(|i| (2, i)))
+        .collect();
+    assert_eq!(indexes(&mut store).await, expected);
+}
+
+#[tokio::test]
 async fn a_torn_tail_is_cut_and_damage_before_a_whole_record_is_refused() {
     // A crash mid-write loses only the unsynced tail; a flipped byte in the
     // middle stops the start instead of silently dropping entries.
