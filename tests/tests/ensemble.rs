@@ -36,10 +36,10 @@ async fn create(client: &Client, path: &str) -> Option<u64> {
             Instant::now() < deadline,
             "{path}: no member took the write"
         );
-        match client
+        let result = client
             .create_with_stat(path, path.as_bytes().to_vec(), CreateMode::Persistent)
-            .await
-        {
+            .await;
+        match result {
             Ok((_, stat)) => return Some(stat.czxid),
             Err(Error::ConnectionLoss | Error::Timeout) => return None,
             Err(Error::NotLeader | Error::Unavailable) => {
@@ -77,6 +77,8 @@ async fn kill_the_leader_again_and_again(kills: usize) {
                 acknowledged.push((path, czxid));
                 break;
             }
+            // Unknown outcome, usually the client reconnecting: a moment.
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         ensemble.member(leader).restart();
     }

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::peer::{ForwardRefused, PeerClient, PeerReply, PeerRequest};
+use super::peer::{ForwardRefused, PeerClient, PeerError, PeerReply, PeerRequest};
 use super::peer_server::read_index;
 use super::records::{MemberAddr, MemberId};
 use super::types::{Command, Outcome, TypeConfig};
@@ -37,6 +37,8 @@ pub const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
 /// How long a write waits for an election to end before it is refused
 /// with `NotLeader`: a few election timeouts.
 const LEADER_WAIT_MAX: Duration = Duration::from_secs(3);
+/// Times a write is sent to a leader that turned out unreachable.
+const FORWARD_ATTEMPTS: usize = 3;
 /// Proposals taken from the queue at once.
 const REPLICATE_BATCH_MAX: usize = 1024;
 const NO_LEADER: u64 = u64::MAX;
@@ -95,6 +97,16 @@ impl Member {
             .await
             .ok()
             .and_then(|m| m.current_leader)
+    }
+
+    /// Waits (a while) until this member no longer takes `leader` for the
+    /// leader.
+    async fn wait_for_another_leader(&self, leader: MemberId) {
+        let _ = self
+            .raft
+            .wait(Some(LEADER_WAIT_MAX))
+            .metrics(|m| m.current_leader != Some(leader), "another leader")
+            .await;
     }
 
     /// Waits until the local state has applied `index`.
@@ -165,51 +177,60 @@ async fn replicate(member: &Arc<Member>, proposal: Proposal) {
         // No result: the reply is dropped, and the connection closes.
     };
     let raft = member.raft.clone();
-    match member.leader_or_wait().await {
-        Some(leader) if leader == member.id => match raft.client_write_ff(command).await {
-            Ok(written) => {
-                tokio::spawn(async move {
-                    let result = match written.await {
-                        Ok(Ok(response)) => outcome(response.data),
-                        // Not written, but the writes queued behind it may
-                        // be, through the new leader: unanswered, so the
-                        // connection closes and the client sees the whole
-                        // run as unknown rather than a gap in its order.
-                        _ => None,
-                    };
-                    answer(result);
-                });
-            }
-            Err(_) => answer(Some(Err(ErrorCode::Unavailable))),
-        },
-        Some(leader) => {
-            let sent = member
-                .peers
-                .get(&leader)
-                .map(|peer| peer.send(PeerRequest::Forward(command)));
-            let Some(Ok(forwarded)) = sent else {
-                answer(Some(Err(ErrorCode::NotLeader)));
-                return;
+    // A forward that never left (the leader is unreachable) is sent again
+    // once another member leads; this loop is the only sender, so the
+    // order of a session's writes holds.
+    for _ in 0..FORWARD_ATTEMPTS {
+        let Some(leader) = member.leader_or_wait().await else {
+            // Not written: the client may try again (or another member).
+            return answer(Some(Err(ErrorCode::NotLeader)));
+        };
+        if leader == member.id {
+            let Ok(written) = raft.client_write_ff(command).await else {
+                return answer(Some(Err(ErrorCode::Unavailable)));
             };
             tokio::spawn(async move {
-                let result = match forwarded.await {
-                    Ok(PeerReply::Forwarded(Ok((index, data)))) => {
-                        match Member::applied(&raft, index).await {
-                            Ok(()) => outcome(data),
-                            Err(_) => None,
-                        }
-                    }
-                    Ok(PeerReply::Forwarded(Err(ForwardRefused::NotLeader { .. }))) => {
-                        Some(Err(ErrorCode::NotLeader))
-                    }
+                let result = match written.await {
+                    Ok(Ok(response)) => outcome(response.data),
+                    // Not written, but the writes queued behind it may be,
+                    // through the new leader: unanswered, so the connection
+                    // closes and the client sees the whole run as unknown
+                    // rather than a gap in its order.
                     _ => None,
                 };
                 answer(result);
             });
+            return;
         }
-        // Not written: the client may try again (or another member).
-        None => answer(Some(Err(ErrorCode::NotLeader))),
+        let Some(peer) = member.peers.get(&leader) else {
+            return answer(Some(Err(ErrorCode::NotLeader)));
+        };
+        let Ok((sent, forwarded)) = peer.send_tracked(PeerRequest::Forward(command.clone())) else {
+            return answer(Some(Err(ErrorCode::NotLeader)));
+        };
+        match sent.await {
+            Ok(()) => {}
+            Err(PeerError::Unreachable { .. }) => {
+                member.wait_for_another_leader(leader).await;
+                continue;
+            }
+            Err(_) => return answer(None),
+        }
+        tokio::spawn(async move {
+            let result = match forwarded.await {
+                Ok(PeerReply::Forwarded(Ok((index, data)))) => {
+                    match Member::applied(&raft, index).await {
+                        Ok(()) => outcome(data),
+                        Err(_) => None,
+                    }
+                }
+                _ => None,
+            };
+            answer(result);
+        });
+        return;
     }
+    answer(Some(Err(ErrorCode::NotLeader)));
 }
 
 fn outcome(data: Outcome) -> Option<WriteResult> {

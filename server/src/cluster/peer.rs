@@ -126,12 +126,20 @@ pub(crate) fn codec() -> LengthDelimitedCodec {
 
 type Waiter = oneshot::Sender<Result<PeerReply, PeerError>>;
 
+/// A request on its way out, with who waits for its answer and, if asked,
+/// who waits to learn it was written to the connection.
+struct Outgoing {
+    request: PeerRequest,
+    answer: Waiter,
+    sent: Option<oneshot::Sender<Result<(), PeerError>>>,
+}
+
 /// A connection to one peer, opened on first use and again after a failure;
 /// requests on it are pipelined.
 #[derive(Clone)]
 pub struct PeerClient {
     addr: String,
-    queue: mpsc::Sender<(PeerRequest, Waiter)>,
+    queue: mpsc::Sender<Outgoing>,
 }
 
 impl PeerClient {
@@ -158,9 +166,47 @@ impl PeerClient {
         &self,
         request: PeerRequest,
     ) -> Result<impl std::future::Future<Output = Result<PeerReply, PeerError>>, PeerError> {
+        self.enqueue(request, None)
+    }
+
+    /// Like [`Self::send`], and also says once the request is written to
+    /// the connection, or could not be: `Unreachable` means it never left,
+    /// so sending it again cannot make it happen twice.
+    #[allow(clippy::type_complexity)]
+    pub fn send_tracked(
+        &self,
+        request: PeerRequest,
+    ) -> Result<
+        (
+            impl std::future::Future<Output = Result<(), PeerError>>,
+            impl std::future::Future<Output = Result<PeerReply, PeerError>>,
+        ),
+        PeerError,
+    > {
+        let (sent, written) = oneshot::channel();
+        let answer = self.enqueue(request, Some(sent))?;
+        let addr = self.addr.clone();
+        let written = async move {
+            written.await.map_err(|_| PeerError::Connection {
+                addr,
+                reason: "the connection task stopped".into(),
+            })?
+        };
+        Ok((written, answer))
+    }
+
+    fn enqueue(
+        &self,
+        request: PeerRequest,
+        sent: Option<oneshot::Sender<Result<(), PeerError>>>,
+    ) -> Result<impl std::future::Future<Output = Result<PeerReply, PeerError>>, PeerError> {
         let (waiter, answer) = oneshot::channel();
         self.queue
-            .try_send((request, waiter))
+            .try_send(Outgoing {
+                request,
+                answer: waiter,
+                sent,
+            })
             .map_err(|_| PeerError::Busy {
                 addr: self.addr.clone(),
             })?;
@@ -174,64 +220,83 @@ impl PeerClient {
     }
 }
 
-async fn run_client(addr: String, mut requests: mpsc::Receiver<(PeerRequest, Waiter)>) {
+async fn run_client(addr: String, mut requests: mpsc::Receiver<Outgoing>) {
     let mut next_id = 0u64;
     while let Some(first) = requests.recv().await {
-        let stream =
-            match tokio::time::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(&addr)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(err)) => {
-                    let _ = first.1.send(Err(PeerError::Unreachable {
-                        addr: addr.clone(),
-                        reason: err.to_string(),
-                    }));
-                    continue;
+        let connected = tokio::time::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(&addr)).await;
+        let stream = match connected {
+            Ok(Ok(stream)) => stream,
+            failed => {
+                let reason = match failed {
+                    Ok(Err(err)) => err.to_string(),
+                    _ => "connect timed out".to_owned(),
+                };
+                let unreachable = PeerError::Unreachable {
+                    addr: addr.clone(),
+                    reason,
+                };
+                if let Some(sent) = first.sent {
+                    let _ = sent.send(Err(unreachable.clone()));
                 }
-                Err(_) => {
-                    let _ = first.1.send(Err(PeerError::Unreachable {
-                        addr: addr.clone(),
-                        reason: "connect timed out".into(),
-                    }));
-                    continue;
-                }
-            };
+                let _ = first.answer.send(Err(unreachable));
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let mut framed = Framed::new(stream, codec());
         let waiting: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
         let mut pending = Some(first);
-        let failure = loop {
-            let (request, waiter) = match pending.take() {
-                Some(item) => item,
-                None => tokio::select! {
-                    item = requests.recv() => match item {
-                        Some(item) => item,
-                        None => return,
+        let failure =
+            loop {
+                let Outgoing {
+                    request,
+                    answer: waiter,
+                    sent,
+                } = match pending.take() {
+                    Some(item) => item,
+                    None => tokio::select! {
+                        item = requests.recv() => match item {
+                            Some(item) => item,
+                            None => return,
+                        },
+                        frame = framed.next() => match answer(&waiting, frame) {
+                            Ok(()) => continue,
+                            Err(reason) => break reason,
+                        },
                     },
-                    frame = framed.next() => match answer(&waiting, frame) {
-                        Ok(()) => continue,
-                        Err(reason) => break reason,
-                    },
-                },
-            };
-            next_id += 1;
-            let bytes = match encode(&Frame {
-                id: next_id,
-                body: request,
-            }) {
-                Ok(bytes) => bytes,
-                Err(reason) => {
-                    let _ = waiter.send(Err(PeerError::Connection {
-                        addr: addr.clone(),
-                        reason: format!("cannot encode the request: {reason}"),
+                };
+                next_id += 1;
+                let bytes = match encode(&Frame {
+                    id: next_id,
+                    body: request,
+                }) {
+                    Ok(bytes) => bytes,
+                    Err(reason) => {
+                        let failed = PeerError::Connection {
+                            addr: addr.clone(),
+                            reason: format!("cannot encode the request: {reason}"),
+                        };
+                        if let Some(sent) = sent {
+                            let _ = sent.send(Err(failed.clone()));
+                        }
+                        let _ = waiter.send(Err(failed));
+                        continue;
+                    }
+                };
+                waiting.lock().insert(next_id, waiter);
+                let written = framed.send(bytes).await;
+                if let Some(sent) = sent {
+                    let _ = sent.send(written.as_ref().map(|_| ()).map_err(|err| {
+                        PeerError::Connection {
+                            addr: addr.clone(),
+                            reason: err.to_string(),
+                        }
                     }));
-                    continue;
+                }
+                if let Err(err) = written {
+                    break err.to_string();
                 }
             };
-            waiting.lock().insert(next_id, waiter);
-            if let Err(err) = framed.send(bytes).await {
-                break err.to_string();
-            }
-        };
         debug!(%addr, reason = %failure, "peer connection lost");
         for (_, waiter) in waiting.lock().drain() {
             let _ = waiter.send(Err(PeerError::Connection {
