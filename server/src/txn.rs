@@ -32,6 +32,25 @@ pub enum Txn {
     ReapContainer { path: String },
     /// Deletes a TTL node if it has no children and was not modified for its TTL.
     ReapTtl { path: String },
+    /// An ensemble member took over a live session (the client resumed it
+    /// there). Writes of the session that other members propose after this
+    /// are refused with `SessionMoved` (see `crate::cluster::state_machine`);
+    /// here it only checks that the session is alive.
+    MoveSession { session_id: SessionId },
+}
+
+impl Txn {
+    /// The session whose request this txn is, if any.
+    pub fn session_id(&self) -> Option<SessionId> {
+        match self {
+            Txn::CloseSession { session_id, .. }
+            | Txn::Write { session_id, .. }
+            | Txn::Multi { session_id, .. }
+            | Txn::MoveSession { session_id }
+            | Txn::CreateSession { session_id, .. } => Some(*session_id),
+            Txn::ReapContainer { .. } | Txn::ReapTtl { .. } => None,
+        }
+    }
 }
 
 /// Why a session ended.

@@ -171,7 +171,7 @@ pub async fn start(
         peer_listener,
     } = storage;
     let id = ensemble.member_id;
-    let state_machine = ClusterStateMachine::new(shared.clone(), &snapshot_dir, loaded_from);
+    let state_machine = ClusterStateMachine::new(id, shared.clone(), &snapshot_dir, loaded_from);
     let raft = Raft::new(
         id,
         Arc::new(raft_config(&shared.config)?),

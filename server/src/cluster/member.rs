@@ -27,7 +27,7 @@ use tracing::{debug, info};
 use super::peer::{ForwardRefused, PeerClient, PeerError, PeerReply, PeerRequest};
 use super::peer_server::read_index;
 use super::records::{MemberAddr, MemberId};
-use super::types::{Command, Outcome, TypeConfig};
+use super::types::{Command, Origin, Outcome, TypeConfig};
 use crate::context::{Ensemble, Shared};
 use crate::pipeline::commit::{Proposal, WriteResult};
 
@@ -88,7 +88,10 @@ impl Member {
     /// cannot go anywhere before; the queue behind it waits too, which
     /// keeps a session's writes in order).
     async fn leader_or_wait(&self) -> Option<MemberId> {
-        if let Some(leader) = self.leader() {
+        // raft's own view, not `self.leader` (which follows it a moment
+        // later): a write retried after an unreachable leader must see the
+        // change that ended the wait.
+        if let Some(leader) = self.raft.metrics().borrow().current_leader {
             return Some(leader);
         }
         self.raft
@@ -167,7 +170,12 @@ async fn replicate(member: &Arc<Member>, proposal: Proposal) {
     let command = Command {
         time_ms: proposal.time_ms,
         txn: proposal.txn,
-        origin: None,
+        // The proposer: a session's writes count only from the member that
+        // owns it (see `Txn::MoveSession`).
+        origin: Some(Origin {
+            member: member.id,
+            request: 0,
+        }),
     };
     let reply = proposal.reply;
     let answer = |result: Option<WriteResult>| {

@@ -58,6 +58,10 @@ pub struct AppliedPosition {
     /// an ensemble was started from (0 for a new one), so zxids never go
     /// back below what clients of that data have seen.
     pub zxid_base: u64,
+    /// The member each live session was last opened or resumed on. Writes
+    /// of a session from any other member are refused (`SessionMoved`), so
+    /// a connection the client has left cannot write behind its back.
+    pub session_owners: std::collections::BTreeMap<u64, MemberId>,
 }
 
 /// The zxid of the log entry at `index`: strictly increasing with the

@@ -30,9 +30,26 @@ use crate::context::Shared;
 use crate::pipeline::applier::{apply_committed, Committed};
 use crate::pipeline::apply::StateMachine;
 use crate::storage::snapshot;
-use crate::txn::TxnEntry;
+use crate::txn::{CloseReason, Txn, TxnEntry};
 
 type Meta = SnapshotMeta<MemberId, MemberAddr>;
+
+/// What apply does with one entry.
+enum Step {
+    Apply(TxnEntry),
+    /// A write of a session that now belongs to another member: refused,
+    /// and it only takes its zxid.
+    Moved {
+        zxid: u64,
+    },
+    /// A blank or membership entry.
+    Nothing {
+        zxid: u64,
+    },
+}
+
+/// A session's new owner (`None`: the session ends) after a batch.
+type OwnerChanges = std::collections::BTreeMap<u64, Option<MemberId>>;
 
 /// The snapshot openraft would send a lagging follower now.
 #[derive(Debug, Clone)]
@@ -43,6 +60,8 @@ struct CurrentSnapshot {
 
 /// The replicated state machine of one member.
 pub struct ClusterStateMachine {
+    /// This member's id (owner of the sessions its clients use).
+    member: MemberId,
     shared: Arc<Shared>,
     snapshot_dir: PathBuf,
     current: Arc<Mutex<Option<CurrentSnapshot>>>,
@@ -86,12 +105,18 @@ impl ClusterStateMachine {
     /// The state machine over `shared`'s state, with snapshots in
     /// `snapshot_dir`. `shared`'s state is what [`load_newest`] found, and
     /// `loaded_from` the snapshot it came from.
-    pub fn new(shared: Arc<Shared>, snapshot_dir: &Path, loaded_from: Option<PathBuf>) -> Self {
+    pub fn new(
+        member: MemberId,
+        shared: Arc<Shared>,
+        snapshot_dir: &Path,
+        loaded_from: Option<PathBuf>,
+    ) -> Self {
         let current = loaded_from.map(|path| CurrentSnapshot {
             meta: meta_of(&shared.state.read()),
             path,
         });
         Self {
+            member,
             shared,
             snapshot_dir: snapshot_dir.to_owned(),
             current: Arc::new(Mutex::new(current)),
@@ -170,19 +195,7 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
         let Some(last) = entries.last().map(|entry| LogPosition::from(entry.log_id)) else {
             return Ok(Vec::new());
         };
-        let zxid_base = self.shared.state.read().replica.zxid_base;
-        let zxid_of = |index: u64| zxid_of(zxid_base, index);
-        let txns: Vec<Option<TxnEntry>> = entries
-            .iter()
-            .map(|entry| match &entry.payload {
-                EntryPayload::Normal(command) => Some(TxnEntry {
-                    zxid: zxid_of(entry.log_id.index),
-                    time_ms: command.time_ms,
-                    txn: command.txn.clone(),
-                }),
-                EntryPayload::Blank | EntryPayload::Membership(_) => None,
-            })
-            .collect();
+        let (plan, owners) = self.plan(&entries);
         let membership = entries.iter().rev().find_map(|entry| match &entry.payload {
             EntryPayload::Membership(membership) => Some((
                 LogPosition::from(entry.log_id),
@@ -190,29 +203,48 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
             )),
             _ => None,
         });
-        let committed = entries.iter().zip(&txns).map(|(entry, txn)| match txn {
-            Some(txn) => Committed::Txn(txn),
-            None => Committed::Marker {
-                zxid: zxid_of(entry.log_id.index),
-            },
+        let committed = plan.iter().map(|step| match step {
+            Step::Apply(txn) => Committed::Txn(txn),
+            Step::Moved { zxid } | Step::Nothing { zxid } => Committed::Marker { zxid: *zxid },
         });
+        let mut moved_away = Vec::new();
         let mut results = apply_committed(&self.shared, committed, |state| {
             state.replica.last_applied = Some(last);
             if let Some((at, membership)) = membership {
                 state.replica.membership_at = Some(at);
                 state.replica.membership = membership;
             }
+            for (session_id, owner) in owners {
+                match owner {
+                    Some(owner) if state.session(session_id).is_some() => {
+                        let previous = state.replica.session_owners.insert(session_id, owner);
+                        if previous == Some(self.member) && owner != self.member {
+                            moved_away.push(session_id);
+                        }
+                    }
+                    _ => {
+                        state.replica.session_owners.remove(&session_id);
+                    }
+                }
+            }
         })
         .into_iter();
-        let outcomes = txns
+        if !moved_away.is_empty() {
+            let mut connections = self.shared.connections.lock();
+            for session_id in moved_away {
+                connections.moved_away(session_id);
+            }
+        }
+        let outcomes = plan
             .iter()
-            .map(|txn| match txn {
-                Some(_) => Outcome::Write(
+            .map(|step| match step {
+                Step::Apply(_) => Outcome::Write(
                     results
                         .next()
                         .unwrap_or(Err(arbor_protocol::ErrorCode::Internal)),
                 ),
-                None => Outcome::Nothing,
+                Step::Moved { .. } => Outcome::Write(Err(arbor_protocol::ErrorCode::SessionMoved)),
+                Step::Nothing { .. } => Outcome::Nothing,
             })
             .collect();
         Ok(outcomes)
@@ -292,6 +324,57 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
 }
 
 impl ClusterStateMachine {
+    /// Decides each entry's fate, in order, and the session owners after
+    /// them: a write proposed by a member that no longer owns its session
+    /// is refused; opening or resuming a session makes the proposer its
+    /// owner; a session's end forgets it.
+    fn plan(&self, entries: &[Entry<TypeConfig>]) -> (Vec<Step>, OwnerChanges) {
+        let state = self.shared.state.read();
+        let zxid_base = state.replica.zxid_base;
+        let mut changes = OwnerChanges::new();
+        let plan = entries
+            .iter()
+            .map(|entry| {
+                let zxid = zxid_of(zxid_base, entry.log_id.index);
+                let EntryPayload::Normal(command) = &entry.payload else {
+                    return Step::Nothing { zxid };
+                };
+                let proposer = command.origin.map(|origin| origin.member);
+                if let Some(session_id) = command.txn.session_id() {
+                    let owner = match changes.get(&session_id) {
+                        Some(owner) => *owner,
+                        None => state.replica.session_owners.get(&session_id).copied(),
+                    };
+                    match &command.txn {
+                        Txn::CreateSession { .. } | Txn::MoveSession { .. } => {
+                            changes.insert(session_id, proposer.or(owner));
+                        }
+                        // The leader's decision, not a request of the session.
+                        Txn::CloseSession {
+                            reason: CloseReason::Expired,
+                            ..
+                        } => {
+                            changes.insert(session_id, None);
+                        }
+                        _ if proposer.is_some() && owner.is_some() && proposer != owner => {
+                            return Step::Moved { zxid };
+                        }
+                        Txn::CloseSession { .. } => {
+                            changes.insert(session_id, None);
+                        }
+                        _ => {}
+                    }
+                }
+                Step::Apply(TxnEntry {
+                    zxid,
+                    time_ms: command.time_ms,
+                    txn: command.txn.clone(),
+                })
+            })
+            .collect();
+        (plan, changes)
+    }
+
     /// The server state this state machine applies to.
     pub fn shared(&self) -> Arc<Shared> {
         self.shared.clone()

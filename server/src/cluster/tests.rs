@@ -62,7 +62,7 @@ pub(super) fn state_machine(dir: &Path) -> ClusterStateMachine {
     let (queue, _) = mpsc::channel(1);
     let committer = Committer::new(MemoryLog::default(), 0, None, queue);
     let shared = Arc::new(Shared::new(Config::default(), state, committer));
-    ClusterStateMachine::new(shared, &snapshots, loaded_from)
+    ClusterStateMachine::new(1, shared, &snapshots, loaded_from)
 }
 
 fn open(dir: &Path) -> (LogStore, LogIoThread) {
@@ -340,4 +340,76 @@ async fn a_snapshot_of_a_tree_installs_on_another_member_and_survives_its_restar
     meta.last_log_id = Some(LogId::new(openraft::CommittedLeaderId::new(9, 9), 99));
     assert!(restarted.install_snapshot(&meta, wrong).await.is_err());
     check(&restarted);
+}
+
+#[tokio::test]
+async fn a_session_moved_to_another_member_cannot_write_from_the_old_one() {
+    // A client resumed its session on member 2: a write member 1 proposes
+    // for it afterwards is refused with SessionMoved and changes nothing,
+    // while member 2's writes land; the session's expiry (the leader's
+    // decision) still applies.
+    let dir = TempDir::new("moved");
+    let mut sm = state_machine(&dir.0);
+    let from = |member: MemberId, txn: Txn, index: u64| Entry {
+        log_id: log_id(1, 1, index),
+        payload: EntryPayload::Normal(Command {
+            time_ms: 1,
+            txn,
+            origin: Some(super::types::Origin { member, request: 0 }),
+        }),
+    };
+    let create = |path: &str| Txn::Write {
+        session_id: 7,
+        op: MultiOp::Create {
+            path: path.into(),
+            data: Vec::new(),
+            mode: CreateMode::Ephemeral,
+        },
+    };
+    let outcomes = sm
+        .apply(vec![
+            from(
+                1,
+                Txn::CreateSession {
+                    session_id: 7,
+                    password: [0; 16],
+                    timeout_ms: 4000,
+                },
+                1,
+            ),
+            from(1, create("/before"), 2),
+            from(2, Txn::MoveSession { session_id: 7 }, 3),
+            from(1, create("/stale"), 4),
+            from(2, create("/after"), 5),
+        ])
+        .await
+        .expect("applies");
+    assert!(matches!(outcomes[1], Outcome::Write(Ok(_))), "{outcomes:?}");
+    assert_eq!(
+        outcomes[3],
+        Outcome::Write(Err(arbor_protocol::ErrorCode::SessionMoved))
+    );
+    assert!(matches!(outcomes[4], Outcome::Write(Ok(_))), "{outcomes:?}");
+    {
+        let shared = sm.shared();
+        let state = shared.state.read();
+        assert!(state.tree.node("/before").is_some());
+        assert!(state.tree.node("/stale").is_none(), "the stale write changed nothing");
+        assert!(state.tree.node("/after").is_some());
+        assert_eq!(state.replica.session_owners.get(&7), Some(&2));
+        assert_eq!(state.last_zxid(), 6, "the refused write still took its zxid");
+    }
+    let expire = from(
+        1,
+        Txn::CloseSession {
+            session_id: 7,
+            reason: crate::txn::CloseReason::Expired,
+        },
+        6,
+    );
+    sm.apply(vec![expire]).await.expect("applies");
+    let shared = sm.shared();
+    let state = shared.state.read();
+    assert!(state.tree.node("/after").is_none(), "expiry removed the ephemerals");
+    assert!(state.replica.session_owners.is_empty());
 }

@@ -31,11 +31,14 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// The request a command answers: which member took it, and that member's
-/// number for it.
+/// Where a command comes from: the member that took the request (a
+/// session's writes count only from the member that owns the session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub struct Origin {
     pub member: MemberId,
+    /// The proposing member's number for the request. Not used yet (members
+    /// answer from their own apply by waiting for the entry's index); kept
+    /// in the format so that answering by request needs no format change.
     pub request: u64,
 }
 

@@ -196,7 +196,13 @@ async fn handshake<S: AsyncRead>(
     }
     let (session_id, password, timeout_ms) = match request.session {
         None => open_session(shared, request.session_timeout_ms).await?,
-        Some(credentials) => resume_session(shared, credentials.id, credentials.password)?,
+        Some(credentials) => {
+            let grant = resume_session(shared, credentials.id, credentials.password)?;
+            if shared.ensemble().is_some() {
+                claim_session(shared, credentials.id).await?;
+            }
+            grant
+        }
     };
 
     let connection_id = handle.connection_id;
@@ -271,6 +277,38 @@ async fn open_session(
             Ok(Err(ErrorCode::SessionMoved)) if attempt > 1 => {
                 return Ok((session_id, password, timeout_ms))
             }
+            Ok(Err(code @ ErrorCode::NotLeader)) | Ok(Err(code @ ErrorCode::Unavailable)) => code,
+            Ok(Err(code)) => return Err(refused(code)),
+            Err(_) => ErrorCode::Unavailable,
+        };
+        if attempt == OPEN_SESSION_ATTEMPTS || shared.shutdown.is_cancelled() {
+            return Err(refused(code));
+        }
+        tokio::time::sleep(OPEN_SESSION_RETRY_PAUSE).await;
+    }
+    Err(refused(ErrorCode::Unavailable))
+}
+
+/// An ensemble member takes over a session a client resumes here: through
+/// the log, so every write the session made through another member is
+/// ordered before it (and applied here by the time it is answered), and
+/// any it might still make there is refused with `SessionMoved`.
+async fn claim_session(
+    shared: &Shared,
+    session_id: SessionId,
+) -> Result<(), Option<ServerMessage>> {
+    let refused = |code: ErrorCode| {
+        Some(closing(
+            code,
+            format!("cannot resume session {session_id:#x}: {code}"),
+        ))
+    };
+    for attempt in 1..=OPEN_SESSION_ATTEMPTS {
+        let result = propose(shared, Txn::MoveSession { session_id })
+            .await
+            .map_err(refused)?;
+        let code = match result.await {
+            Ok(Ok(_)) => return Ok(()),
             Ok(Err(code @ ErrorCode::NotLeader)) | Ok(Err(code @ ErrorCode::Unavailable)) => code,
             Ok(Err(code)) => return Err(refused(code)),
             Err(_) => ErrorCode::Unavailable,

@@ -80,6 +80,19 @@ impl ConnectionRegistry {
         }
     }
 
+    /// The session was resumed on another ensemble member: its connection
+    /// here is told and closed, and can no longer write.
+    pub fn moved_away(&mut self, session_id: SessionId) {
+        let Some(handle) = self.by_session.remove(&session_id) else {
+            return;
+        };
+        let _ = handle.outbound.try_send(ServerMessage::Closing {
+            code: ErrorCode::SessionMoved,
+            message: "the session was resumed on another server".into(),
+        });
+        handle.closer.cancel();
+    }
+
     /// The sessions with a connection to this server.
     pub fn sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
         self.by_session.keys().copied()

@@ -175,6 +175,13 @@ impl StateMachine {
                 .tree
                 .reap_ttl(path, zxid, time_ms, &mut changes)
                 .map(|()| OpResult::Deleted),
+            Txn::MoveSession { session_id } => {
+                if self.sessions.contains_key(session_id) {
+                    Ok(OpResult::Pong)
+                } else {
+                    Err(ErrorCode::SessionExpired)
+                }
+            }
         };
         Applied {
             result,
