@@ -28,6 +28,9 @@
 //! ```
 //!
 //! `/batch` is deleted at the start, so the example can be run again.
+//! Against an ensemble (`--server a,b,c`), workers ride out a failover: a
+//! request whose outcome was lost is asked again once the session has
+//! resumed on another member, and the session keeps its locks meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Mutex as StdMutex;
@@ -140,6 +143,37 @@ impl FencedStore {
     }
 }
 
+/// Pause before trying again while the client reconnects.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Tries of one request through reconnects (an ensemble's failover takes a
+/// second or two; the session lives on meanwhile).
+const RETRIES_MAX: usize = 50;
+
+/// The request's outcome is unknown, or the ensemble is between leaders:
+/// the client resumes its session by itself, so the request can be asked
+/// again (reads, and writes whose repetition is harmless).
+fn transient(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::ConnectionLoss | Error::Timeout | Error::NotLeader | Error::Unavailable
+    )
+}
+
+/// Runs `request` until it gives an answer that is not transient.
+async fn again<T, F, Fut>(mut request: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    for _ in 1..RETRIES_MAX {
+        match request().await {
+            Err(err) if transient(&err) => tokio::time::sleep(RETRY_PAUSE).await,
+            other => return other,
+        }
+    }
+    request().await
+}
+
 /// What one worker did.
 #[derive(Default)]
 struct Tally {
@@ -158,7 +192,7 @@ async fn worker(
 ) -> Result<Tally> {
     let mut tally = Tally::default();
     loop {
-        let mut jobs = client.get_children(JOBS).await?;
+        let mut jobs = again(|| client.get_children(JOBS)).await?;
         if jobs.is_empty() {
             break;
         }
@@ -172,13 +206,19 @@ async fn worker(
             {
                 Ok(guard) => guard,
                 Err(LockError::Locked) => continue,
+                // Between servers (a failover): the attempt cleans up after
+                // itself; look again once the session is back.
+                Err(LockError::Client(err)) if transient(&err) => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    break;
+                }
                 Err(err) => return Err(err.into()),
             };
             took_one = true;
             let job_path = format!("{JOBS}/{job}");
             // Finished by another worker since the listing: its holder
             // deleted the node before releasing, so this read sees it.
-            if client.exists(&job_path).await?.is_none() {
+            if again(|| client.exists(&job_path)).await?.is_none() {
                 tally.skipped_done += 1;
                 guard.release().await?;
                 continue;
@@ -207,7 +247,12 @@ async fn worker(
             store.end(&job);
             if finished {
                 // Done: the job leaves the queue before the lock is released.
-                client.delete(&job_path, None).await?;
+                // Still ours to delete after a reconnect (the session and its
+                // lock survive it): gone already means an earlier try did it.
+                match again(|| client.delete(&job_path, None)).await {
+                    Ok(()) | Err(Error::NoNode { .. }) => {}
+                    Err(err) => return Err(err.into()),
+                }
                 tally.completed += 1;
             }
             guard.release().await?;

@@ -354,6 +354,23 @@ impl TestEnsemble {
     }
 }
 
+/// A built example: `cargo test --workspace` puts it in target/<profile>/examples.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} missing: `cargo test --workspace` builds examples",
+        path.display()
+    );
+    path
+}
+
 /// A free port on 127.0.0.1 (free when asked; tests accept the small race).
 pub fn free_addr() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");

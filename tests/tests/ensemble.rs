@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use arbor_client::recipes::Mutex;
 use arbor_client::{Client, ClientOptions, CreateMode, Error};
-use arbor_tests::TestEnsemble;
+use arbor_tests::{example, TestEnsemble};
 
 fn options() -> ClientOptions {
     ClientOptions::default()
@@ -216,4 +216,51 @@ async fn a_lock_holder_keeps_its_session_lock_and_token_through_a_failover() {
         .expect("granted in time")
         .expect("waiter runs");
     assert!(next_token > token, "{next_token} after {token}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_workers_never_double_grant_while_leaders_die() {
+    // The batch-worker example (fenced locks, one per job) against the
+    // ensemble while its leader is killed twice mid-run: every job done,
+    // none by two workers at once.
+    let mut ensemble = TestEnsemble::start(3);
+    let mut workers = std::process::Command::new(example("batch_workers"))
+        .args(["--server", &ensemble.addrs()])
+        .args(["--workers", "4", "--jobs", "200", "--work-ms", "40"])
+        .env_remove("ARBOR_SERVER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("batch_workers starts");
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let leader = ensemble.wait_for_leader(None);
+        assert!(
+            matches!(workers.try_wait(), Ok(None)),
+            "the workers were still at it when the leader died"
+        );
+        ensemble.member(leader).kill();
+        ensemble.wait_for_leader(Some(leader));
+        ensemble.member(leader).restart();
+    }
+    let output = tokio::task::spawn_blocking(move || workers.wait_with_output())
+        .await
+        .expect("joins")
+        .expect("batch_workers runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "batch_workers failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = stdout.lines().last().expect("a summary line");
+    println!("{last}");
+    let field = |key: &str| -> u64 {
+        last.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key}= in {last:?}"))
+    };
+    assert_eq!(field("jobs"), 200, "{stdout}");
+    assert_eq!(field("double_grants"), 0, "{stdout}");
 }

@@ -1,28 +1,10 @@
 //! The lock examples (`examples/batch_workers.rs`, `examples/fencing.rs`)
 //! run against a real server and show what they claim to show.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use arbor_client::CreateMode;
-use arbor_tests::{client, TestServer};
-
-/// A built example: `cargo test --workspace` puts it in target/<profile>/examples.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    let path = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("target/<profile>/deps")
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} missing: `cargo test --workspace` builds examples",
-        path.display()
-    );
-    path
-}
+use arbor_tests::{client, example, TestServer};
 
 /// Runs an example against `server`; returns its stdout once it succeeded.
 fn run(name: &str, server: &TestServer, args: &[&str]) -> String {

@@ -112,6 +112,23 @@ impl NodeCleanup {
     }
 }
 
+/// Runs a background clean-up step until it gives a lasting answer: a
+/// node left behind would block its queue for as long as the session
+/// lives, so transient failures are outlasted, however many. It ends once
+/// the session does (waiting for a connection then fails for good).
+async fn until_settled<T, F, Fut>(mut step: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    loop {
+        match step().await {
+            Err(err) if is_transient(&err) => tokio::time::sleep(NOT_LEADER_PAUSE).await,
+            other => return other,
+        }
+    }
+}
+
 /// Deletes `path`, retrying after a reconnect; a node already gone is fine.
 async fn delete_retrying(client: &Client, path: &str) -> Result<(), Error> {
     retrying(client, || async {
@@ -134,7 +151,7 @@ impl Drop for NodeCleanup {
             // Retried across a reconnect: a cancelled waiter's node left
             // behind would block the queue until its session ended.
             runtime.spawn(async move {
-                let _ = delete_retrying(&client, &path).await;
+                let _ = until_settled(|| delete_retrying(&client, &path)).await;
             });
         }
     }
@@ -147,7 +164,12 @@ pub(crate) const RETRIES_MAX: usize = 32;
 
 /// Whether `err` leaves the session alive and the outcome merely unknown.
 pub(crate) fn is_transient(err: &Error) -> bool {
-    matches!(err, Error::ConnectionLoss | Error::Timeout)
+    // NotLeader: an ensemble member found no leader in time (an election
+    // outlasted its wait); nothing was written, so asking again is safe.
+    matches!(
+        err,
+        Error::ConnectionLoss | Error::Timeout | Error::NotLeader
+    )
 }
 
 /// Waits until the client can send requests again. A recipe that gave up on
@@ -181,12 +203,25 @@ where
 {
     for _ in 0..RETRIES_MAX {
         match call().await {
-            Err(err) if is_transient(&err) => wait_connected(client).await?,
+            Err(err) if is_transient(&err) => before_retry(client, &err).await?,
             other => return other,
         }
     }
     call().await
 }
+
+/// Waits until asking again makes sense: the client is connected again,
+/// or, when it is connected but the ensemble is between leaders, the
+/// election had time (rather than spend every try at once).
+async fn before_retry(client: &Client, err: &Error) -> Result<(), Error> {
+    if matches!(err, Error::NotLeader) {
+        tokio::time::sleep(NOT_LEADER_PAUSE).await;
+    }
+    wait_connected(client).await
+}
+
+/// The pause before asking again after `NotLeader`.
+const NOT_LEADER_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Creates the ephemeral sequential node `<dir>/<prefix><name><seq>` and
 /// returns it, armed for clean-up, with its stat (its `czxid` is the fencing
@@ -244,11 +279,11 @@ impl Drop for PrefixCleanup {
         // A session answers in request order, so this listing is read
         // after any create of the attempt that was already sent.
         runtime.spawn(async move {
-            let listed = retrying(&client, || client.get_children(&dir)).await;
+            let listed = until_settled(|| retrying(&client, || client.get_children(&dir))).await;
             for child in listed.into_iter().flatten() {
                 if child.starts_with(&prefix) {
                     let node = arbor_protocol::path::join(&dir, &child);
-                    let _ = delete_retrying(&client, &node).await;
+                    let _ = until_settled(|| delete_retrying(&client, &node)).await;
                 }
             }
         });
@@ -278,6 +313,7 @@ async fn create_by_prefix(
                 // An ephemeral child would have kept the container alive.
                 Err(Error::NoNode { .. }) => unsure = false,
                 Err(err) if is_transient(&err) => {
+                    before_retry(client, &err).await?;
                     last_error = err;
                     continue;
                 }
@@ -292,10 +328,11 @@ async fn create_by_prefix(
             // Never made, or a container reaped after its last child went.
             Err(Error::NoNode { .. }) => match ensure_path(client, dir).await {
                 Ok(()) => {}
-                Err(err) if is_transient(&err) => wait_connected(client).await?,
+                Err(err) if is_transient(&err) => before_retry(client, &err).await?,
                 Err(err) => return Err(err),
             },
             Err(err) if is_transient(&err) => {
+                before_retry(client, &err).await?;
                 unsure = true;
                 last_error = err;
             }
