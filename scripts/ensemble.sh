@@ -24,7 +24,13 @@ for id in "${IDS[@]}"; do
 done
 SERVERS=$(for id in "${IDS[@]}"; do client_addr "$id"; done | paste -sd, -)
 
-running() { [[ -f "$DIR/$1.pid" ]] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
+# Alive, and not a zombie waiting to be reaped (members outlive this script).
+running() {
+    [[ -f "$DIR/$1.pid" ]] || return 1
+    local state
+    state=$(ps -o stat= -p "$(cat "$DIR/$1.pid")" 2>/dev/null) || return 1
+    [[ -n $state && $state != Z* ]]
+}
 
 start() {
     local id=$1
@@ -70,8 +76,10 @@ down)
 status)
     for id in "${IDS[@]}"; do
         if running "$id"; then
-            leader=$(grep -a "leader changed" "$DIR/$id.log" | tail -1 | sed -n 's/.*leader=\([^ ]*\).*term=\([0-9]*\).*/leader \1, term \2/p')
-            zxid=$(target/release/arbor --server "$(client_addr "$id")" --timeout 2s version 2>/dev/null | sed -n 's/.*last zxid //p')
+            leader=$( (grep -a "leader changed" "$DIR/$id.log" || true) | tail -1 |
+                sed -n 's/.*leader=\([^ ]*\).*term=\([0-9]*\).*/leader \1, term \2/p')
+            zxid=$( (target/release/arbor --server "$(client_addr "$id")" --timeout 2s version 2>/dev/null || true) |
+                sed -n 's/.*last zxid //p')
             echo "member $id: up (pid $(cat "$DIR/$id.pid")), ${leader:-no leader yet}, last zxid ${zxid:-?}"
         else
             echo "member $id: down"

@@ -70,7 +70,10 @@
 //! asks the leader for a read index and waits for the local apply. Only the
 //! leader expires sessions and reaps nodes; followers pass their clients'
 //! liveness on each half tick, and a new leader gives every session a full
-//! timeout. The log store keeps term and index in every record, syncs the
+//! timeout. A session belongs to the member it was last opened or resumed
+//! on (a resume is a `MoveSession` txn, answered after its own apply); a
+//! write of the session proposed by any other member after that is
+//! refused with `SessionMoved`. The log store keeps term and index in every record, syncs the
 //! vote before it counts and cuts any suffix raft asks it to; the state
 //! machine snapshots from the copy-on-write view and installs a leader's
 //! snapshot on a member too far behind.

@@ -4,7 +4,7 @@
 //! release stays here too. The pieces, as in openraft's own examples:
 //!
 //! * [`types`]: the type configuration; a log entry carries a [`types::Command`]
-//!   (a txn fixed by prep, its wall time, and the request it answers);
+//!   (a txn fixed by prep, its wall time, and the member that proposed it);
 //! * [`records`]: our own on-disk forms of log positions, votes and
 //!   memberships, independent of openraft's serde layout;
 //! * [`log_files`] and [`log_store`]: the replicated log on disk (term and
@@ -13,7 +13,13 @@
 //! * [`meta_file`]: the small replace-whole files (vote, purged, committed);
 //! * [`state_machine`]: openraft's state machine over the same state machine
 //!   and apply loop a standalone server runs, snapshotted from the
-//!   copy-on-write view and installable on a lagging member.
+//!   copy-on-write view and installable on a lagging member; it also keeps
+//!   which member owns each session;
+//! * [`peer`], [`network`], [`peer_server`]: the peer protocol over TCP
+//!   (raft's messages, forwarded writes, read indexes, session touches);
+//! * [`member`]: what a running member adds to the server (its write path,
+//!   who leads, `sync`, liveness at the leader); [`bootstrap`] starts and
+//!   stops it.
 //!
 //! A zxid is the entry's log index plus a base fixed when the ensemble was
 //! formed ([`records::zxid_of`]): the same on every member,

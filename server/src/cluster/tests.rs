@@ -394,10 +394,17 @@ async fn a_session_moved_to_another_member_cannot_write_from_the_old_one() {
         let shared = sm.shared();
         let state = shared.state.read();
         assert!(state.tree.node("/before").is_some());
-        assert!(state.tree.node("/stale").is_none(), "the stale write changed nothing");
+        assert!(
+            state.tree.node("/stale").is_none(),
+            "the stale write changed nothing"
+        );
         assert!(state.tree.node("/after").is_some());
         assert_eq!(state.replica.session_owners.get(&7), Some(&2));
-        assert_eq!(state.last_zxid(), 6, "the refused write still took its zxid");
+        assert_eq!(
+            state.last_zxid(),
+            6,
+            "the refused write still took its zxid"
+        );
     }
     let expire = from(
         1,
@@ -410,6 +417,9 @@ async fn a_session_moved_to_another_member_cannot_write_from_the_old_one() {
     sm.apply(vec![expire]).await.expect("applies");
     let shared = sm.shared();
     let state = shared.state.read();
-    assert!(state.tree.node("/after").is_none(), "expiry removed the ephemerals");
+    assert!(
+        state.tree.node("/after").is_none(),
+        "expiry removed the ephemerals"
+    );
     assert!(state.replica.session_owners.is_empty());
 }

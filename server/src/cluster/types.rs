@@ -2,9 +2,9 @@
 //! openraft's values and this crate's own records ([`super::records`]).
 //!
 //! A log entry's application payload is a [`Command`]: a txn that prep made
-//! deterministic, the wall time prep fixed for it, and the request it
-//! answers, so that the member that took the request can answer it from its
-//! own apply of the entry.
+//! deterministic, the wall time prep fixed for it, and the member that
+//! proposed it (a session's writes count only from the member that owns
+//! the session).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -164,7 +164,7 @@ impl AppliedPosition {
     }
 }
 
-/// A log entry as the log store keeps it on disk ([`super::log_format`]).
+/// A log entry as the log store keeps it on disk ([`super::log_files`]).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct LogRecord {
     pub position: LogPosition,
