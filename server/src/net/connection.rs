@@ -266,27 +266,13 @@ async fn open_session(
         password,
         timeout_ms,
     };
-    let refused = |code: ErrorCode| Some(closing(code, format!("cannot open a session: {code}")));
-    // In an ensemble a leader change can leave the outcome unknown or refuse
-    // the write; the same txn is tried again, and finding the session
-    // already there means an earlier try went through.
-    for attempt in 1..=OPEN_SESSION_ATTEMPTS {
-        let result = propose(shared, txn.clone()).await.map_err(refused)?;
-        let code = match result.await {
-            Ok(Ok(_)) => return Ok((session_id, password, timeout_ms)),
-            Ok(Err(ErrorCode::SessionMoved)) if attempt > 1 => {
-                return Ok((session_id, password, timeout_ms))
-            }
-            Ok(Err(code @ ErrorCode::NotLeader)) | Ok(Err(code @ ErrorCode::Unavailable)) => code,
-            Ok(Err(code)) => return Err(refused(code)),
-            Err(_) => ErrorCode::Unavailable,
-        };
-        if attempt == OPEN_SESSION_ATTEMPTS || shared.shutdown.is_cancelled() {
-            return Err(refused(code));
-        }
-        tokio::time::sleep(OPEN_SESSION_RETRY_PAUSE).await;
-    }
-    Err(refused(ErrorCode::Unavailable))
+    // Found already there on a second try: an earlier try went through.
+    propose_through_leader_changes(shared, txn, |attempt, code| {
+        attempt > 1 && code == ErrorCode::SessionMoved
+    })
+    .await
+    .map_err(|code| Some(closing(code, format!("cannot open a session: {code}"))))?;
+    Ok((session_id, password, timeout_ms))
 }
 
 /// An ensemble member takes over a session a client resumes here: through
@@ -297,33 +283,46 @@ async fn claim_session(
     shared: &Shared,
     session_id: SessionId,
 ) -> Result<(), Option<ServerMessage>> {
-    let refused = |code: ErrorCode| {
-        Some(closing(
-            code,
-            format!("cannot resume session {session_id:#x}: {code}"),
-        ))
-    };
-    for attempt in 1..=OPEN_SESSION_ATTEMPTS {
-        let result = propose(shared, Txn::MoveSession { session_id })
-            .await
-            .map_err(refused)?;
-        let code = match result.await {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(code @ ErrorCode::NotLeader)) | Ok(Err(code @ ErrorCode::Unavailable)) => code,
-            Ok(Err(code)) => return Err(refused(code)),
-            Err(_) => ErrorCode::Unavailable,
-        };
-        if attempt == OPEN_SESSION_ATTEMPTS || shared.shutdown.is_cancelled() {
-            return Err(refused(code));
-        }
-        tokio::time::sleep(OPEN_SESSION_RETRY_PAUSE).await;
-    }
-    Err(refused(ErrorCode::Unavailable))
+    propose_through_leader_changes(shared, Txn::MoveSession { session_id }, |_, _| false)
+        .await
+        .map_err(|code| {
+            Some(closing(
+                code,
+                format!("cannot resume session {session_id:#x}: {code}"),
+            ))
+        })
 }
 
-/// Tries at opening a session through a leader change.
-const OPEN_SESSION_ATTEMPTS: u32 = 3;
-const OPEN_SESSION_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+/// Proposes a handshake's txn and waits for it. In an ensemble a leader
+/// change can refuse it (`NotLeader`) or leave its outcome unknown; the same
+/// txn is proposed again, and `landed(attempt, code)` recognises the answer
+/// of a retry whose earlier try went through.
+async fn propose_through_leader_changes(
+    shared: &Shared,
+    txn: Txn,
+    landed: impl Fn(u32, ErrorCode) -> bool,
+) -> Result<(), ErrorCode> {
+    for attempt in 1..=HANDSHAKE_PROPOSAL_ATTEMPTS {
+        let result = propose(shared, txn.clone()).await?;
+        let code = match result.await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(code)) if landed(attempt, code) => return Ok(()),
+            Ok(Err(code @ (ErrorCode::NotLeader | ErrorCode::Unavailable))) => code,
+            Ok(Err(code)) => return Err(code),
+            Err(_) => ErrorCode::Unavailable,
+        };
+        if attempt == HANDSHAKE_PROPOSAL_ATTEMPTS || shared.shutdown.is_cancelled() {
+            return Err(code);
+        }
+        tokio::time::sleep(HANDSHAKE_PROPOSAL_RETRY_PAUSE).await;
+    }
+    Err(ErrorCode::Unavailable)
+}
+
+/// Tries at a handshake's txn through a leader change, and the pause
+/// between them.
+const HANDSHAKE_PROPOSAL_ATTEMPTS: u32 = 3;
+const HANDSHAKE_PROPOSAL_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn resume_session(
     shared: &Shared,
