@@ -2,7 +2,7 @@
 # A 3-member Arbor ensemble on this machine, for trying it out:
 #
 #   ./scripts/ensemble.sh up       build (release) and start members 1-3
-#   ./scripts/ensemble.sh status   which members run, who leads, last zxid
+#   ./scripts/ensemble.sh status   which members run, who leads (arbor cluster status)
 #   ./scripts/ensemble.sh kill N   kill -9 member N (to watch a failover)
 #   ./scripts/ensemble.sh start N  start member N again
 #   ./scripts/ensemble.sh down     stop every member (SIGTERM)
@@ -85,6 +85,7 @@ status)
             echo "member $id: down"
         fi
     done
+    target/release/arbor --server "$SERVERS" --timeout 2s cluster status || true
     ;;
 *)
     sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'

@@ -67,6 +67,9 @@ enum Command {
     Browse,
     /// Print the client version (and the server's last zxid, if reachable).
     Version,
+    /// An ensemble's members as each server of --server sees them.
+    #[command(subcommand)]
+    Cluster(commands::cluster::ClusterCommand),
 }
 
 impl Global {
@@ -106,6 +109,7 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
     let global = &cli.global;
     let command = match cli.command {
         Command::Version => return commands::version::run(global, out).await,
+        Command::Cluster(command) => return commands::cluster::run(global, command, out).await,
         Command::Shell => return shell::run(global, out).await,
         Command::Browse => return browse::run(global).await,
         Command::Node(command) => command,

@@ -552,3 +552,50 @@ fn browse_needs_a_terminal_and_quits_on_q() {
     };
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn cluster_status_shows_each_member_its_leader_and_a_dead_members_lag() {
+    // A standalone server says so; each member of an ensemble answers for
+    // itself, they agree on the leader, and the leader tells how far behind
+    // a killed member has fallen.
+    let standalone = TestServer::start();
+    let view = arbor_json(&standalone, &["cluster", "status"]);
+    assert_eq!(view[0]["role"], "standalone", "{view}");
+
+    let mut ensemble = arbor_tests::TestEnsemble::start(3);
+    let status = |ensemble: &arbor_tests::TestEnsemble| -> Value {
+        let output = Command::new(env!("CARGO_BIN_EXE_arbor"))
+            .args(["--server", &ensemble.addrs(), "--json", "cluster", "status"])
+            .output()
+            .expect("arbor runs");
+        assert_ok(&output);
+        serde_json::from_slice(&output.stdout).expect("one JSON document")
+    };
+    let leader = ensemble.wait_for_leader(None);
+    let views = status(&ensemble);
+    let views = views.as_array().expect("one view per server");
+    assert_eq!(views.len(), 3);
+    for (k, view) in views.iter().enumerate() {
+        assert_eq!(view["member_id"], k as u64 + 1, "{view}");
+        assert_eq!(view["leader"], leader, "{view}");
+        assert_eq!(view["members"].as_array().map(Vec::len), Some(3), "{view}");
+    }
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    ensemble.member(follower).kill();
+    let leader_addr = ensemble.member(leader).addr().to_owned();
+    for i in 0..5 {
+        let output = Command::new(env!("CARGO_BIN_EXE_arbor"))
+            .args(["--server", &leader_addr, "create", &format!("/n{i}"), "x"])
+            .output()
+            .expect("arbor runs");
+        assert_ok(&output);
+    }
+    let views = status(&ensemble);
+    let dead = &views[follower as usize - 1];
+    assert_eq!(dead["reachable"], false, "{views}");
+    assert_eq!(dead["member_id"], follower, "{views}");
+    assert!(
+        dead["lag"].as_u64().is_some_and(|lag| lag >= 5),
+        "five writes behind at least: {views}"
+    );
+}

@@ -439,6 +439,31 @@ impl Client {
         }
     }
 
+    /// The connected server's view of its ensemble: its member id (0 for a
+    /// standalone server), the leader it follows, its term and log
+    /// position, and the members; asked of the leader, also how far each
+    /// member has confirmed the log.
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// let status = client.cluster_status().await?;
+    /// if status.member_id == 0 {
+    ///     println!("a standalone server");
+    /// } else {
+    ///     println!("member {} follows {:?}", status.member_id, status.leader);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn cluster_status(&self) -> Result<crate::ClusterStatus, Error> {
+        match self.call("", Op::ClusterStatus, Effect::None).await? {
+            OpResult::ClusterStatus(status) => Ok(status),
+            other => Err(unexpected("cluster_status", &other)),
+        }
+    }
+
     /// Applies `ops` all together or not at all, and returns one result per op.
     ///
     /// If an op fails nothing is applied, and the error is
@@ -702,6 +727,7 @@ fn result_name(result: &OpResult) -> &'static str {
         OpResult::Pong => "Pong",
         OpResult::SessionClosed => "SessionClosed",
         OpResult::WatchesChanged => "WatchesChanged",
+        OpResult::ClusterStatus(_) => "ClusterStatus",
     }
 }
 

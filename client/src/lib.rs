@@ -104,8 +104,9 @@ mod watch;
 mod tests;
 
 pub use arbor_protocol::{
-    AddWatchMode, ChildEntry, CreateMode, ErrorCode, EventType, MultiOp, MultiOpOutcome, OpResult,
-    ServerLimits, SessionCredentials, SessionId, Stat, WatchEvent, WatcherKind, Zxid, ANY_VERSION,
+    AddWatchMode, ChildEntry, ClusterStatus, CreateMode, ErrorCode, EventType, MemberStatus,
+    MultiOp, MultiOpOutcome, OpResult, ServerLimits, SessionCredentials, SessionId, Stat,
+    WatchEvent, WatcherKind, Zxid, ANY_VERSION,
 };
 
 pub use client::Client;

@@ -30,7 +30,8 @@ pub use request::{
     SetWatches, WatcherKind, ANY_VERSION, CHILDREN_BELOW_MAX,
 };
 pub use response::{
-    ChildEntry, ConnectResponse, MultiOpOutcome, OpResult, ServerLimits, ServerMessage,
+    ChildEntry, ClusterStatus, ConnectResponse, MemberStatus, MultiOpOutcome, OpResult,
+    ServerLimits, ServerMessage,
 };
 pub use stat::Stat;
 

@@ -222,6 +222,9 @@ pub enum Op {
         sequence: u64,
         limit: u32,
     },
+    /// The answering server's view of its ensemble: who it is, who leads,
+    /// how far it has come, and (from the leader) how far each member is.
+    ClusterStatus,
 }
 
 /// The most children one [`Op::ChildrenBelow`] returns.
@@ -288,6 +291,7 @@ impl Op {
             Op::RemoveWatches { .. } => "remove_watches",
             Op::SetWatches(_) => "set_watches",
             Op::ChildrenBelow { .. } => "children_below",
+            Op::ClusterStatus => "cluster_status",
         }
     }
 }

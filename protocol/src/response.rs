@@ -116,4 +116,32 @@ pub enum OpResult {
     SessionClosed,
     /// A watch was added or removed.
     WatchesChanged,
+    ClusterStatus(ClusterStatus),
+}
+
+/// One server's view of its ensemble (answer to `Op::ClusterStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
+pub struct ClusterStatus {
+    /// This server's member id; 0 for a standalone server.
+    pub member_id: u64,
+    /// The member it follows (itself, if it leads).
+    pub leader: Option<u64>,
+    pub term: u64,
+    /// The last index in its log, and the last it has applied.
+    pub last_log_index: Option<u64>,
+    pub applied_index: Option<u64>,
+    /// The membership in force, as this member has applied it.
+    pub members: Vec<MemberStatus>,
+}
+
+/// One member of an ensemble.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
+pub struct MemberStatus {
+    pub id: u64,
+    pub client_addr: String,
+    pub peer_addr: String,
+    /// Votes (a learner does not).
+    pub voter: bool,
+    /// Known only to the leader: the last index this member has confirmed.
+    pub matched_index: Option<u64>,
 }

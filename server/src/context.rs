@@ -47,6 +47,8 @@ pub trait Ensemble: Send + Sync {
     /// Completes once this member has applied everything the leader had
     /// committed when it was called (`sync`: the next read is linearizable).
     fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>>;
+    /// This member's view of the ensemble.
+    fn status(&self) -> arbor_protocol::ClusterStatus;
 }
 
 impl Shared {

@@ -2,6 +2,7 @@
 //! Each takes a connected [`Client`], its parsed arguments and the
 //! [`Output`](crate::output::Output) to print to.
 
+pub mod cluster;
 pub mod get;
 pub mod locks;
 pub mod ls;

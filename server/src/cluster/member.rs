@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_protocol::ErrorCode;
+use arbor_protocol::{ClusterStatus, ErrorCode, MemberStatus};
 use futures_util::future::BoxFuture;
 use openraft::Raft;
 use tokio::sync::mpsc;
@@ -125,6 +125,37 @@ impl Member {
 impl Ensemble for Member {
     fn is_leader(&self) -> bool {
         self.leader() == Some(self.id)
+    }
+
+    fn status(&self) -> ClusterStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<MemberId> = membership.voter_ids().collect();
+        let matched = metrics.replication.as_ref();
+        let members = membership
+            .nodes()
+            .map(|(id, addr)| MemberStatus {
+                id: *id,
+                client_addr: addr.client.clone(),
+                peer_addr: addr.peer.clone(),
+                voter: voters.contains(id),
+                matched_index: match matched {
+                    Some(_) if *id == self.id => metrics.last_log_index,
+                    Some(replication) => replication
+                        .get(id)
+                        .and_then(|log_id| log_id.map(|log_id| log_id.index)),
+                    None => None,
+                },
+            })
+            .collect();
+        ClusterStatus {
+            member_id: self.id,
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            last_log_index: metrics.last_log_index,
+            applied_index: metrics.last_applied.map(|log_id| log_id.index),
+            members,
+        }
     }
 
     fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>> {

@@ -120,6 +120,12 @@ pub fn execute(
                 stat: n.stat(),
             }
         }),
+        Op::ClusterStatus => Ok(OpResult::ClusterStatus(
+            shared
+                .ensemble()
+                .map(|ensemble| ensemble.status())
+                .unwrap_or_default(),
+        )),
         // Standalone, every acknowledged write is already applied, and this
         // session's earlier writes were answered before this runs.
         Op::Sync { path } => check_path(path).map(|()| OpResult::Synced { path: path.clone() }),
