@@ -80,14 +80,6 @@ impl Server {
         self.storage.state.last_zxid()
     }
 
-    /// The address this member listens on for its peers (`None` standalone).
-    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
-        match &self.storage.mode {
-            Mode::Member(storage) => storage.peer_addr(),
-            Mode::Standalone { .. } => None,
-        }
-    }
-
     /// Serves `listener` until `shutdown` completes (or a fatal log error),
     /// then stops taking requests, answers those in flight (within the grace
     /// period) and returns. Sessions are not expired by a shutdown.

@@ -123,13 +123,6 @@ pub fn open_storage(
     Ok((state, storage))
 }
 
-impl MemberStorage {
-    /// Where this member listens for its peers.
-    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
-        self.peer_listener.local_addr().ok()
-    }
-}
-
 /// A running member's parts, for the shutdown.
 pub struct RunningMember {
     raft: Raft<TypeConfigAlias>,

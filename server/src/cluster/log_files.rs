@@ -140,10 +140,6 @@ impl EncodedBatch {
         Ok(batch)
     }
 
-    pub fn len(&self) -> usize {
-        self.ends.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.ends.is_empty()
     }

@@ -73,10 +73,6 @@ impl Member {
         }
     }
 
-    pub fn raft(&self) -> &Raft<TypeConfig> {
-        &self.raft
-    }
-
     pub fn leader(&self) -> Option<MemberId> {
         match self.leader.load(Ordering::Acquire) {
             NO_LEADER => None,

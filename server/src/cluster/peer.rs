@@ -151,10 +151,6 @@ impl PeerClient {
         Self { addr, queue }
     }
 
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
     /// Sends `request` and waits for its answer.
     pub async fn call(&self, request: PeerRequest) -> Result<PeerReply, PeerError> {
         self.send(request)?.await
