@@ -19,6 +19,7 @@ use super::peer::RAFT_PAYLOAD_ENTRIES_MAX;
 use super::peer_server;
 use super::records::{MemberAddr, MemberId};
 use super::state_machine::{load_newest, ClusterStateMachine};
+use super::types::TypeConfig;
 use crate::config::{Config, EnsembleConfig};
 use crate::context::Shared;
 use crate::pipeline::apply::StateMachine;
@@ -125,13 +126,11 @@ pub fn open_storage(
 
 /// A running member's parts, for the shutdown.
 pub struct RunningMember {
-    raft: Raft<TypeConfigAlias>,
+    raft: Raft<TypeConfig>,
     log_thread: LogIoThread,
     tasks: TaskTracker,
     stop: CancellationToken,
 }
-
-type TypeConfigAlias = super::types::TypeConfig;
 
 fn raft_config(config: &Config) -> Result<openraft::Config, MemberError> {
     openraft::Config {
