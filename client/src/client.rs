@@ -464,6 +464,54 @@ impl Client {
         }
     }
 
+    /// Adds member `id` to the ensemble online, through its leader: first as
+    /// a learner, answered once it has caught up with the log, then as a
+    /// voter. The new member must be running (`arbord --join`). Returns the
+    /// ensemble's status after the change.
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let client = arbor_client::Client::connect("127.0.0.1:7281", Default::default()).await?;
+    /// let status = client.add_member(4, "127.0.0.1:7581", "127.0.0.1:7591").await?;
+    /// assert!(status.members.iter().any(|m| m.id == 4 && m.voter));
+    /// # Ok(()) }
+    /// ```
+    pub async fn add_member(
+        &self,
+        id: u64,
+        client_addr: &str,
+        peer_addr: &str,
+    ) -> Result<crate::ClusterStatus, Error> {
+        let op = Op::AddMember {
+            id,
+            client_addr: client_addr.to_owned(),
+            peer_addr: peer_addr.to_owned(),
+        };
+        match self.call("", op, Effect::None).await? {
+            OpResult::ClusterStatus(status) => Ok(status),
+            other => Err(unexpected("add_member", &other)),
+        }
+    }
+
+    /// Removes member `id` from the ensemble online, through its leader.
+    /// Returns the ensemble's status after the change.
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let client = arbor_client::Client::connect("127.0.0.1:7281", Default::default()).await?;
+    /// let status = client.remove_member(4).await?;
+    /// assert!(status.members.iter().all(|m| m.id != 4));
+    /// # Ok(()) }
+    /// ```
+    pub async fn remove_member(&self, id: u64) -> Result<crate::ClusterStatus, Error> {
+        match self.call("", Op::RemoveMember { id }, Effect::None).await? {
+            OpResult::ClusterStatus(status) => Ok(status),
+            other => Err(unexpected("remove_member", &other)),
+        }
+    }
+
     /// Applies `ops` all together or not at all, and returns one result per op.
     ///
     /// If an op fails nothing is applied, and the error is

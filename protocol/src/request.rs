@@ -225,6 +225,18 @@ pub enum Op {
     /// The answering server's view of its ensemble: who it is, who leads,
     /// how far it has come, and (from the leader) how far each member is.
     ClusterStatus,
+    /// Adds a member to an ensemble online: first as a learner, answered
+    /// once it has caught up, then as a voter (a joint change). The new
+    /// member must be running (started with `--join`).
+    AddMember {
+        id: u64,
+        client_addr: String,
+        peer_addr: String,
+    },
+    /// Removes a member from an ensemble (a joint change).
+    RemoveMember {
+        id: u64,
+    },
 }
 
 /// The most children one [`Op::ChildrenBelow`] returns.
@@ -292,6 +304,8 @@ impl Op {
             Op::SetWatches(_) => "set_watches",
             Op::ChildrenBelow { .. } => "children_below",
             Op::ClusterStatus => "cluster_status",
+            Op::AddMember { .. } => "add_member",
+            Op::RemoveMember { .. } => "remove_member",
         }
     }
 }

@@ -74,6 +74,9 @@ pub struct EnsembleConfig {
     pub member_id: MemberId,
     /// Every voting member, this one included.
     pub members: BTreeMap<MemberId, MemberAddr>,
+    /// Joining a running ensemble (to be added with `arbor cluster add`):
+    /// wait for the leader instead of forming a new ensemble.
+    pub join: bool,
 }
 
 /// Members of an ensemble at most: each write waits for a majority, and

@@ -49,6 +49,13 @@ pub trait Ensemble: Send + Sync {
     fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>>;
     /// This member's view of the ensemble.
     fn status(&self) -> arbor_protocol::ClusterStatus;
+    /// Adds (`Some` addresses) or removes (`None`) member `id`, through the
+    /// leader; completes once the change is committed.
+    fn change_member(
+        &self,
+        id: u64,
+        addrs: Option<(String, String)>,
+    ) -> BoxFuture<'static, Result<(), ErrorCode>>;
 }
 
 impl Shared {

@@ -286,7 +286,9 @@ fn leader_in(line: &str) -> Option<Option<u64>> {
 /// `members[i - 1]`, each with its own data directory and peer port.
 pub struct TestEnsemble {
     pub members: Vec<TestServer>,
-    _dirs: Vec<TempDir>,
+    /// `ID=CLIENT/PEER` of every member started so far.
+    specs: Vec<String>,
+    dirs: Vec<TempDir>,
 }
 
 impl TestEnsemble {
@@ -308,9 +310,13 @@ impl TestEnsemble {
                 TestServer::spawn(dirs[k].path(), &clients[k], &extra)
             })
             .collect();
+        let specs = (0..count)
+            .map(|k| format!("{}={}/{}", k + 1, clients[k], peers[k]))
+            .collect();
         let ensemble = Self {
             members,
-            _dirs: dirs,
+            specs,
+            dirs,
         };
         ensemble.wait_for_leader(None);
         ensemble
@@ -351,6 +357,25 @@ impl TestEnsemble {
     /// Member `id` (from 1).
     pub fn member(&mut self, id: u64) -> &mut TestServer {
         &mut self.members[id as usize - 1]
+    }
+
+    /// Starts one more member with `--join` (not yet in the membership:
+    /// add it with `Client::add_member`); returns its id, client address
+    /// and peer address.
+    pub fn start_joining(&mut self) -> (u64, String, String) {
+        let id = self.members.len() as u64 + 1;
+        let (client, peer) = (free_addr(), free_addr());
+        self.specs.push(format!("{id}={client}/{peer}"));
+        let dir = TempDir::new();
+        let id_text = id.to_string();
+        let mut extra: Vec<&str> = vec!["--member-id", &id_text, "--join"];
+        for spec in &self.specs {
+            extra.extend(["--member", spec.as_str()]);
+        }
+        let member = TestServer::spawn(dir.path(), &client, &extra);
+        self.members.push(member);
+        self.dirs.push(dir);
+        (id, client, peer)
     }
 }
 

@@ -264,3 +264,69 @@ async fn batch_workers_never_double_grant_while_leaders_die() {
     assert_eq!(field("jobs"), 200, "{stdout}");
     assert_eq!(field("double_grants"), 0, "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_added_online_catches_up_and_serves_and_one_can_be_removed() {
+    // Member 4 joins a running ensemble: once added it has every earlier
+    // write, serves reads and takes writes; then a follower is removed and
+    // the ensemble goes on with the other three.
+    let mut ensemble = TestEnsemble::start(3);
+    let client = Client::connect(&ensemble.addrs(), options())
+        .await
+        .expect("connects");
+    for i in 0..50 {
+        client
+            .create(
+                &format!("/before-{i}"),
+                vec![1; 100],
+                CreateMode::Persistent,
+            )
+            .await
+            .expect("created");
+    }
+    let (id, client_addr, peer_addr) = ensemble.start_joining();
+    let status = client
+        .add_member(id, &client_addr, &peer_addr)
+        .await
+        .expect("added");
+    let added = status.members.iter().find(|m| m.id == id).expect("listed");
+    assert!(added.voter, "{status:?}");
+    assert_eq!(status.members.len(), 4);
+
+    let newcomer = Client::connect(&client_addr, options())
+        .await
+        .expect("the new member takes clients");
+    newcomer.sync("/").await.expect("syncs");
+    let children = newcomer.get_children("/").await.expect("lists");
+    assert!(
+        (0..50).all(|i| children.contains(&format!("before-{i}"))),
+        "every earlier write is there: {children:?}"
+    );
+    newcomer
+        .create("/from-the-newcomer", Vec::new(), CreateMode::Persistent)
+        .await
+        .expect("takes writes");
+
+    let leader = ensemble.wait_for_leader(None);
+    let removed = (1..=3).find(|m| *m != leader).expect("a follower");
+    assert!(
+        matches!(client.remove_member(99).await, Err(Error::BadRequest)),
+        "an unknown member cannot be removed"
+    );
+    let status = client.remove_member(removed).await.expect("removed");
+    assert!(status.members.iter().all(|m| m.id != removed), "{status:?}");
+    assert_eq!(status.members.len(), 3);
+    ensemble.member(removed).kill();
+    // Three members left, one of them new: writes still need a majority of
+    // them, and get it.
+    newcomer
+        .create("/after-the-removal", Vec::new(), CreateMode::Persistent)
+        .await
+        .expect("takes writes without the removed member");
+    client.sync("/").await.expect("syncs");
+    assert!(client
+        .exists("/after-the-removal")
+        .await
+        .expect("reads")
+        .is_some());
+}

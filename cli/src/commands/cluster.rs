@@ -1,6 +1,7 @@
 //! `cluster status`: every server of `--server`, asked on its own, says who
 //! it is, whom it follows and how far it has come; the leader adds how far
-//! each member has confirmed the log (the lag).
+//! each member has confirmed the log (the lag). `cluster add` and
+//! `cluster remove` change the membership online, through the leader.
 
 use arbor_client::{Client, ClientOptions, ClusterStatus};
 use clap::Subcommand;
@@ -14,12 +15,75 @@ pub enum ClusterCommand {
     /// Each server's view: member id, role, term, leader, applied index,
     /// and each member's lag behind the leader's log.
     Status,
+    /// Add a running member (started with `arbord --join`): as a learner
+    /// until it has caught up, then as a voter.
+    Add {
+        /// `ID=CLIENT_ADDR/PEER_ADDR`, as arbord's --member takes it.
+        member: String,
+    },
+    /// Remove a member.
+    Remove {
+        /// The member's id.
+        id: u64,
+    },
 }
 
 pub async fn run(global: &Global, command: ClusterCommand, out: &Output) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status => status(global, out).await,
+        ClusterCommand::Add { member } => {
+            let (id, addrs) = parse_member(&member)?;
+            let client = super::connect(global).await?;
+            let changed = client.add_member(id, &addrs.0, &addrs.1).await;
+            client.close().await.ok();
+            report(&changed?, out)
+        }
+        ClusterCommand::Remove { id } => {
+            let client = super::connect(global).await?;
+            let changed = client.remove_member(id).await;
+            client.close().await.ok();
+            report(&changed?, out)
+        }
     }
+}
+
+/// `ID=CLIENT_ADDR/PEER_ADDR`.
+fn parse_member(text: &str) -> anyhow::Result<(u64, (String, String))> {
+    let parsed = text.split_once('=').and_then(|(id, addrs)| {
+        let (client, peer) = addrs.split_once('/')?;
+        let id = id.trim().parse::<u64>().ok().filter(|id| *id != 0)?;
+        (!client.is_empty() && !peer.is_empty()).then(|| (id, (client.to_owned(), peer.to_owned())))
+    });
+    parsed.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{text:?} is not ID=CLIENT_ADDR/PEER_ADDR (e.g. 4=127.0.0.1:7581/127.0.0.1:7591)"
+        )
+    })
+}
+
+/// The membership after a change.
+fn report(status: &ClusterStatus, out: &Output) -> anyhow::Result<()> {
+    let mut rows = vec![["MEMBER", "CLIENT", "PEER", "VOTER"]
+        .map(String::from)
+        .to_vec()];
+    for member in &status.members {
+        rows.push(vec![
+            member.id.to_string(),
+            member.client_addr.clone(),
+            member.peer_addr.clone(),
+            if member.voter { "yes" } else { "learner" }.to_owned(),
+        ]);
+    }
+    let document = json!({
+        "members": status.members.iter().map(|m| json!({
+            "id": m.id,
+            "client_addr": m.client_addr,
+            "peer_addr": m.peer_addr,
+            "voter": m.voter,
+        })).collect::<Vec<_>>(),
+    });
+    out.print(&document, &table(&rows))?;
+    Ok(())
 }
 
 /// What one server said, or that it did not answer.

@@ -48,6 +48,11 @@ struct Args {
     /// 1=127.0.0.1:7181/127.0.0.1:7191); once per member, this one included.
     #[arg(long, requires = "member_id")]
     member: Vec<String>,
+    /// Join a running ensemble instead of forming a new one: start with an
+    /// empty data directory, then add this member from any member
+    /// (`arbor cluster add ID=CLIENT_ADDR/PEER_ADDR`).
+    #[arg(long, requires = "member_id")]
+    join: bool,
     /// Directory for the write-ahead log and snapshots (created if missing).
     #[arg(long, default_value = "./arbor-data")]
     data_dir: PathBuf,
@@ -116,7 +121,11 @@ impl Args {
                 anyhow::bail!("--member {id} is given twice");
             }
         }
-        Ok(Some(EnsembleConfig { member_id, members }))
+        Ok(Some(EnsembleConfig {
+            member_id,
+            members,
+            join: self.join,
+        }))
     }
 
     /// Where clients connect: --listen, else a member's own client address.

@@ -177,7 +177,7 @@ pub async fn start(
         .is_initialized()
         .await
         .map_err(|err| MemberError::Raft(err.to_string()))?;
-    if !initialized {
+    if !initialized && !ensemble.join {
         // Every member of a new ensemble does this with the same members:
         // the first entry is the same everywhere, and an election follows.
         let members: BTreeMap<MemberId, MemberAddr> = ensemble.members.clone();

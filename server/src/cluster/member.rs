@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use super::peer::{ForwardRefused, PeerClient, PeerError, PeerReply, PeerRequest};
-use super::peer_server::read_index;
+use super::peer_server::{change_member, read_index};
 use super::records::{MemberAddr, MemberId};
 use super::types::{Command, Origin, Outcome, TypeConfig};
 use crate::context::{Ensemble, Shared};
@@ -47,9 +47,11 @@ const NO_LEADER: u64 = u64::MAX;
 pub struct Member {
     id: MemberId,
     raft: Raft<TypeConfig>,
-    /// Connections for forwarded writes, read indexes and touches (raft's
-    /// own messages have theirs, from the network factory).
-    peers: BTreeMap<MemberId, PeerClient>,
+    /// Connections for forwarded writes, read indexes, touches and
+    /// membership changes (raft's own messages have theirs, from the network
+    /// factory); opened on first use, for any member of the membership in
+    /// force, so members added later are reachable too.
+    peers: parking_lot::Mutex<BTreeMap<MemberId, PeerClient>>,
     /// The leader this member knows of (`NO_LEADER`: none).
     leader: AtomicU64,
 }
@@ -68,9 +70,30 @@ impl Member {
         Self {
             id,
             raft,
-            peers,
+            peers: parking_lot::Mutex::new(peers),
             leader: AtomicU64::new(NO_LEADER),
         }
+    }
+
+    /// The connection to member `id`, opened if needed from its address in
+    /// the membership in force.
+    fn peer(&self, id: MemberId) -> Option<PeerClient> {
+        let mut peers = self.peers.lock();
+        if let Some(peer) = peers.get(&id) {
+            return Some(peer.clone());
+        }
+        let addr = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)?
+            .peer
+            .clone();
+        let peer = PeerClient::new(addr);
+        peers.insert(id, peer.clone());
+        Some(peer)
     }
 
     pub fn leader(&self) -> Option<MemberId> {
@@ -123,6 +146,46 @@ impl Ensemble for Member {
         self.leader() == Some(self.id)
     }
 
+    fn change_member(
+        &self,
+        id: MemberId,
+        addrs: Option<(String, String)>,
+    ) -> BoxFuture<'static, Result<(), ErrorCode>> {
+        let raft = self.raft.clone();
+        let leader = self.leader();
+        let forwarded = match leader {
+            Some(leader) if leader != self.id => self.peer(leader).map(|peer| {
+                peer.send(PeerRequest::ChangeMember {
+                    id,
+                    addrs: addrs.clone(),
+                })
+            }),
+            _ => None,
+        };
+        let here = leader == Some(self.id);
+        Box::pin(async move {
+            let result = if here {
+                change_member(&raft, id, addrs).await
+            } else {
+                match forwarded {
+                    Some(Ok(answer)) => match answer.await {
+                        Ok(PeerReply::MemberChanged(result)) => result,
+                        _ => Err(ForwardRefused::Unknown("no answer from the leader".into())),
+                    },
+                    _ => Err(ForwardRefused::NotLeader { leader }),
+                }
+            };
+            result.map_err(|refused| match refused {
+                ForwardRefused::NotLeader { .. } => ErrorCode::NotLeader,
+                ForwardRefused::Rejected(reason) => {
+                    info!(member = id, %reason, "membership change refused");
+                    ErrorCode::BadRequest
+                }
+                ForwardRefused::Unknown(_) => ErrorCode::Unavailable,
+            })
+        })
+    }
+
     fn status(&self) -> ClusterStatus {
         let metrics = self.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
@@ -160,8 +223,7 @@ impl Ensemble for Member {
         let asked = match leader {
             Some(leader) if leader == self.id => None,
             Some(leader) => match self
-                .peers
-                .get(&leader)
+                .peer(leader)
                 .map(|peer| peer.send(PeerRequest::ReadIndex))
             {
                 Some(Ok(answer)) => Some(answer),
@@ -237,7 +299,7 @@ async fn replicate(member: &Arc<Member>, proposal: Proposal) {
             });
             return;
         }
-        let Some(peer) = member.peers.get(&leader) else {
+        let Some(peer) = member.peer(leader) else {
             return answer(Some(Err(ErrorCode::NotLeader)));
         };
         let Ok((sent, forwarded)) = peer.send_tracked(PeerRequest::Forward(command.clone())) else {
@@ -324,7 +386,7 @@ pub async fn send_touches(member: Arc<Member>, shared: Arc<Shared>, stop: Cancel
         if alive.is_empty() {
             continue;
         }
-        if let Some(peer) = member.peers.get(&leader) {
+        if let Some(peer) = member.peer(leader) {
             debug!(
                 leader,
                 sessions = alive.len(),

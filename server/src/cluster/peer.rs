@@ -57,6 +57,11 @@ pub enum PeerRequest {
     Forward(Command),
     ReadIndex,
     Touch(Vec<SessionId>),
+    /// Add (with its client and peer addresses) or remove a member.
+    ChangeMember {
+        id: MemberId,
+        addrs: Option<(String, String)>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -69,6 +74,7 @@ pub enum PeerReply {
     Forwarded(Result<(u64, Outcome), ForwardRefused>),
     ReadIndex(Result<u64, ForwardRefused>),
     Touched,
+    MemberChanged(Result<(), ForwardRefused>),
 }
 
 /// Why the leader did not take a forwarded write or give a read index.
@@ -80,6 +86,10 @@ pub enum ForwardRefused {
     /// The write may or may not have been made.
     #[error("outcome unknown: {0}")]
     Unknown(String),
+    /// The leader refused the request as it stands (a membership change
+    /// that cannot be made).
+    #[error("refused: {0}")]
+    Rejected(String),
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
-use openraft::Raft;
+use openraft::{ChangeMembers, Raft};
+use std::collections::BTreeSet;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::codec::Framed;
@@ -17,6 +18,7 @@ use tracing::{debug, info, warn};
 use super::peer::{
     codec, decode, encode, ForwardRefused, PeerReply, PeerRequest, PEER_REQUESTS_IN_FLIGHT_MAX,
 };
+use super::records::{MemberAddr, MemberId};
 use super::types::TypeConfig;
 use crate::context::Shared;
 
@@ -147,6 +149,9 @@ async fn serve_connection(
                             PeerReply::Snapshot(raft.install_snapshot(rpc).await)
                         }
                         PeerRequest::ReadIndex => PeerReply::ReadIndex(read_index(&raft).await),
+                        PeerRequest::ChangeMember { id, addrs } => {
+                            PeerReply::MemberChanged(change_member(&raft, id, addrs).await)
+                        }
                         PeerRequest::Forward(_) | PeerRequest::Touch(_) => return,
                     };
                     send(reply).await;
@@ -156,6 +161,58 @@ async fn serve_connection(
     }
     drop(answers);
     let _ = writer.await;
+}
+
+/// Adds a member (as a learner until it has caught up, then as a voter) or
+/// removes one, if this member leads; each a joint change.
+pub async fn change_member(
+    raft: &Raft<TypeConfig>,
+    id: MemberId,
+    addrs: Option<(String, String)>,
+) -> Result<(), ForwardRefused> {
+    let refused = |err: RaftError<MemberId, ClientWriteError<MemberId, MemberAddr>>| match err {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+            ForwardRefused::NotLeader {
+                leader: forward.leader_id,
+            }
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(err)) => {
+            ForwardRefused::Rejected(err.to_string())
+        }
+        RaftError::Fatal(fatal) => ForwardRefused::Unknown(fatal.to_string()),
+    };
+    let voters = BTreeSet::from([id]);
+    match addrs {
+        Some((client, peer)) => {
+            info!(member = id, %client, %peer, "adding a member: first as a learner");
+            raft.add_learner(id, MemberAddr { client, peer }, true)
+                .await
+                .map_err(refused)?;
+            info!(member = id, "the learner caught up; making it a voter");
+            raft.change_membership(ChangeMembers::AddVoterIds(voters), false)
+                .await
+                .map_err(refused)?;
+        }
+        None => {
+            let known = raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(&id)
+                .is_some();
+            if !known {
+                return Err(ForwardRefused::Rejected(format!(
+                    "member {id} is not in the ensemble"
+                )));
+            }
+            info!(member = id, "removing a member");
+            raft.change_membership(ChangeMembers::RemoveVoters(voters), false)
+                .await
+                .map_err(refused)?;
+        }
+    }
+    Ok(())
 }
 
 /// The index a linearizable read must wait for, if this member leads: its

@@ -532,8 +532,42 @@ async fn classify(
         Op::Sync { .. } if shared.ensemble().is_some() => {
             (synced(shared, session_id, xid, op), false)
         }
+        Op::AddMember { .. } | Op::RemoveMember { .. } => (change_member(shared, xid, op), false),
         op => (Pending::Read { xid, op }, false),
     }
+}
+
+/// Adds or removes an ensemble member; a standalone server has none.
+fn change_member(shared: &Shared, xid: u64, op: Op) -> Pending {
+    let Some(ensemble) = shared.ensemble() else {
+        return Pending::Ready {
+            xid,
+            result: Err(ErrorCode::Unimplemented),
+        };
+    };
+    let change = match op {
+        Op::AddMember {
+            id,
+            client_addr,
+            peer_addr,
+        } => ensemble.change_member(id, Some((client_addr, peer_addr))),
+        Op::RemoveMember { id } => ensemble.change_member(id, None),
+        _ => {
+            return Pending::Ready {
+                xid,
+                result: Err(ErrorCode::BadRequest),
+            }
+        }
+    };
+    let ensemble = ensemble.clone();
+    let (answer, result) = oneshot::channel();
+    tokio::spawn(async move {
+        let result = change
+            .await
+            .map(|()| OpResult::ClusterStatus(ensemble.status()));
+        let _ = answer.send(result);
+    });
+    Pending::Write { xid, result }
 }
 
 /// An ensemble member's `sync`: answered once this member has applied what

@@ -120,6 +120,8 @@ pub fn execute(
                 stat: n.stat(),
             }
         }),
+        // Taken by the connection before it gets here (they are no reads).
+        Op::AddMember { .. } | Op::RemoveMember { .. } => Err(ErrorCode::BadRequest),
         Op::ClusterStatus => Ok(OpResult::ClusterStatus(
             shared
                 .ensemble()
