@@ -3,7 +3,7 @@
 //! each member has confirmed the log (the lag). `cluster add` and
 //! `cluster remove` change the membership online, through the leader.
 
-use arbor_client::{Client, ClientOptions, ClusterStatus};
+use arbor_client::{Client, ClientOptions, ClusterStatus, MemberStatus};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
@@ -61,6 +61,20 @@ fn parse_member(text: &str) -> anyhow::Result<(u64, (String, String))> {
     })
 }
 
+fn members_json(members: &[MemberStatus]) -> Value {
+    members
+        .iter()
+        .map(|m| {
+            json!({
+                "id": m.id,
+                "client_addr": m.client_addr,
+                "peer_addr": m.peer_addr,
+                "voter": m.voter,
+            })
+        })
+        .collect()
+}
+
 /// The membership after a change.
 fn report(status: &ClusterStatus, out: &Output) -> anyhow::Result<()> {
     let mut rows = vec![["MEMBER", "CLIENT", "PEER", "VOTER"]
@@ -74,14 +88,7 @@ fn report(status: &ClusterStatus, out: &Output) -> anyhow::Result<()> {
             if member.voter { "yes" } else { "learner" }.to_owned(),
         ]);
     }
-    let document = json!({
-        "members": status.members.iter().map(|m| json!({
-            "id": m.id,
-            "client_addr": m.client_addr,
-            "peer_addr": m.peer_addr,
-            "voter": m.voter,
-        })).collect::<Vec<_>>(),
-    });
+    let document = json!({ "members": members_json(&status.members) });
     out.print(&document, &table(&rows))?;
     Ok(())
 }
@@ -189,12 +196,7 @@ async fn status(global: &Global, out: &Output) -> anyhow::Result<()> {
             "last_log_index": status.last_log_index,
             "applied_index": status.applied_index,
             "lag": lag(status.member_id),
-            "members": status.members.iter().map(|m| json!({
-                "id": m.id,
-                "client_addr": m.client_addr,
-                "peer_addr": m.peer_addr,
-                "voter": m.voter,
-            })).collect::<Vec<_>>(),
+            "members": members_json(&status.members),
         }));
     }
     let mut human = table(&rows);
