@@ -495,7 +495,9 @@ impl Client {
     }
 
     /// Removes member `id` from the ensemble online, through its leader.
-    /// Returns the ensemble's status after the change.
+    /// Returns the ensemble's status after the change, as the connected
+    /// member has applied it (asked of the member being removed, which is
+    /// sent no more of the log, it is that member's last view).
     ///
     /// ```no_run
     /// # #[tokio::main]

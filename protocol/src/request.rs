@@ -233,7 +233,9 @@ pub enum Op {
         client_addr: String,
         peer_addr: String,
     },
-    /// Removes a member from an ensemble (a joint change).
+    /// Removes a member from an ensemble (a joint change). Answered with
+    /// the answering member's status once it has applied the change (a
+    /// removed member never does: its answer shows its last view).
     RemoveMember {
         id: u64,
     },

@@ -163,6 +163,12 @@ impl Ensemble for Member {
             _ => None,
         };
         let here = leader == Some(self.id);
+        // Made elsewhere: answered once applied here too, so the status
+        // returned shows it; except on a member being removed, which is
+        // sent no more of the log.
+        let leader_peer = leader
+            .filter(|_| !here && id != self.id)
+            .and_then(|leader| self.peer(leader));
         Box::pin(async move {
             let result = if here {
                 change_member(&raft, id, addrs).await
@@ -175,6 +181,14 @@ impl Ensemble for Member {
                     _ => Err(ForwardRefused::NotLeader { leader }),
                 }
             };
+            if let (Ok(()), Some(peer)) = (&result, leader_peer) {
+                // A read index taken now is at or past the change.
+                let index = match peer.call(PeerRequest::ReadIndex).await {
+                    Ok(PeerReply::ReadIndex(Ok(index))) => index,
+                    _ => return Err(ErrorCode::Unavailable),
+                };
+                Member::applied(&raft, index).await?;
+            }
             result.map_err(|refused| match refused {
                 ForwardRefused::NotLeader { .. } => ErrorCode::NotLeader,
                 ForwardRefused::Rejected(reason) => {
