@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arbor_protocol::codec;
@@ -396,10 +396,30 @@ pub fn example(name: &str) -> PathBuf {
     path
 }
 
-/// A free port on 127.0.0.1 (free when asked; tests accept the small race).
+/// Ports handed to ensemble members come from below Linux's default
+/// ephemeral range (32768–60999): a port taken from the ephemeral range is
+/// free when asked, but any outbound connection of a parallel test may take
+/// it before the member binds it (CI saw exactly that).
+const MEMBER_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// Next candidate in `MEMBER_PORTS`; starts at a per-process offset so two
+/// test binaries run back to back do not walk the same ports.
+static NEXT_PORT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// A port on 127.0.0.1 that was free when asked and that no other caller in
+/// this process will be given.
 pub fn free_addr() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
-    listener.local_addr().expect("has an address").to_string()
+    let span = usize::from(MEMBER_PORTS.end - MEMBER_PORTS.start);
+    let start = (std::process::id() as usize).wrapping_mul(7919) % span;
+    let _ = NEXT_PORT.compare_exchange(usize::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span {
+        let offset = NEXT_PORT.fetch_add(1, Ordering::Relaxed) % span;
+        let port = MEMBER_PORTS.start + offset as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return format!("127.0.0.1:{port}");
+        }
+    }
+    panic!("no free port in {MEMBER_PORTS:?}");
 }
 
 impl Drop for TestServer {

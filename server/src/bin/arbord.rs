@@ -168,16 +168,38 @@ impl Args {
     }
 }
 
+/// Arbor's own events at info; openraft logs every vote and state dump at
+/// info, which would bury them (its warnings and errors still show).
+/// `RUST_LOG` overrides this.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
+
 fn main() -> ExitCode {
     purge_freed_memory_at_once();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            // One readable line with the whole cause chain, never a backtrace.
-            eprintln!("arbord: {err:#}");
+            eprintln!("arbord: {}", one_line(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// One readable line with the whole cause chain, never a backtrace. The
+/// library's errors already spell out their source in their message, so a
+/// cause whose text is already on the line is not repeated.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
@@ -186,7 +208,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
