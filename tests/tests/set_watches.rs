@@ -108,3 +108,67 @@ async fn changes_made_while_disconnected_fire_on_reconnect_and_the_rest_stay_arm
         ]
     );
 }
+
+#[tokio::test]
+async fn a_change_replayed_to_several_watch_kinds_is_one_event() {
+    // A client that watched /gone with data, child and persistent watches
+    // and /changed with data and persistent ones gets one event per change,
+    // as a live trigger would send: the client routes it to every kind.
+    let server = TestServer::start();
+    let (mut writer, _) = RawConnection::session(server.addr(), 4000).await;
+    for path in ["/gone", "/changed"] {
+        let create = Op::Create {
+            path: path.into(),
+            data: vec![],
+            mode: CreateMode::Persistent,
+        };
+        assert!(writer.request(create).await.0.is_ok());
+    }
+    let (mut client, granted) = RawConnection::session(server.addr(), 4000).await;
+    let (_, seen) = client.request(Op::Ping).await;
+    drop(client);
+    let delete = Op::Delete {
+        path: "/gone".into(),
+        version: -1,
+    };
+    assert!(writer.request(delete).await.0.is_ok());
+    let set = Op::SetData {
+        path: "/changed".into(),
+        data: b"new".to_vec(),
+        version: -1,
+    };
+    assert!(writer.request(set).await.0.is_ok());
+
+    let mut client = RawConnection::open(server.addr()).await;
+    let credentials = SessionCredentials {
+        id: granted.session_id,
+        password: granted.password,
+    };
+    client
+        .handshake(4000, Some(credentials), seen)
+        .await
+        .expect("resumes");
+    let watches = SetWatches {
+        relative_zxid: seen,
+        data: vec!["/changed".into(), "/gone".into()],
+        exist: vec![],
+        child: vec!["/gone".into()],
+        persistent: vec!["/changed".into(), "/gone".into()],
+        persistent_recursive: vec![],
+    };
+    let (result, _) = client.request(Op::SetWatches(watches)).await;
+    assert_eq!(result, Ok(OpResult::WatchesChanged));
+    let mut fired: Vec<(EventType, String)> = client
+        .events
+        .drain(..)
+        .map(|e| (e.event_type, e.path))
+        .collect();
+    fired.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        fired,
+        vec![
+            (EventType::NodeDataChanged, "/changed".to_owned()),
+            (EventType::NodeDeleted, "/gone".to_owned()),
+        ]
+    );
+}

@@ -232,6 +232,11 @@ fn set_watches(
             manager.add(session_id, kind, path)?;
         }
     }
+    // One event per change, as a live trigger sends: a node deleted under
+    // both a data and a child watch is one NodeDeleted, which the client
+    // routes to both (and to its persistent watchers only once).
+    let mut sent = std::collections::HashSet::new();
+    fired.retain(|e| sent.insert((e.event_type, e.path.clone())));
     let connections = shared.connections.lock();
     for event in fired {
         connections.deliver(session_id, event);
