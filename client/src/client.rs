@@ -89,7 +89,11 @@ impl Client {
         options.validate()?;
         let servers = ServerList::parse(connect_string)?;
         let established = connection::connect(&servers, connect_string, &options).await?;
-        let shared = Arc::new(Shared::new(&established.response, options.max_in_flight));
+        let shared = Arc::new(Shared::new(
+            &established.response,
+            established.addr(),
+            options.max_in_flight,
+        ));
         // Every command holds an in-flight permit, so this never fills up.
         let (commands, receiver) = mpsc::channel(options.max_in_flight);
         let request_timeout = options.request_timeout;
@@ -172,6 +176,21 @@ impl Client {
         self.shared
             .events_received
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The address (as the connect string names it) of the server this
+    /// client is connected to now, or `None` while it is reconnecting.
+    /// Operators use it to find which member a session lives on.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) {
+    /// if let Some(server) = client.connected_server() {
+    ///     println!("session {:#x} is on {server}", client.session_id());
+    /// }
+    /// # }
+    /// ```
+    pub fn connected_server(&self) -> Option<String> {
+        self.shared.server()
     }
 
     /// The server's limits, as announced in the handshake.

@@ -114,6 +114,12 @@ pub(crate) struct Established {
     addr: String,
 }
 
+impl Established {
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
 /// Why one address of the connect string did not give a session.
 enum Attempt {
     Io(std::io::Error),
@@ -362,6 +368,8 @@ pub(crate) struct Connection {
     last_received: Instant,
     heartbeat_outstanding: bool,
     closing: Option<Closing>,
+    /// The server whose connection was just lost, tried last on reconnect.
+    lost_server: Option<String>,
 }
 
 impl Connection {
@@ -395,6 +403,7 @@ impl Connection {
             last_received: now,
             heartbeat_outstanding: false,
             closing: None,
+            lost_server: None,
         };
         connection.set_timers(session.timeout);
         debug!(
@@ -786,6 +795,8 @@ impl Connection {
     /// The connection is lost but the session may live: publish `Suspended`,
     /// then fail every request in flight (outcome unknown, never re-sent).
     fn suspend(&mut self) {
+        self.lost_server = self.shared.server();
+        self.shared.set_server(None);
         self.shared.state.set(ConnectionState::Suspended);
         let in_flight = self.pending.len();
         for pending in self.pending.drain(..) {
@@ -812,15 +823,32 @@ impl Connection {
     async fn reconnect(&mut self) -> Result<Established, Ended> {
         let expires_at = self.last_received + self.shared.session().timeout;
         let mut backoff = RECONNECT_BACKOFF_MIN;
+        let mut lost = self.lost_server.take();
         loop {
-            for addr in self.servers.shuffled() {
+            let mut order = self.servers.shuffled();
+            // The server that just failed us is likely down: try it last.
+            if let Some(lost) = lost.take() {
+                if let Some(at) = order.iter().position(|addr| *addr == lost) {
+                    let addr = order.remove(at);
+                    order.push(addr);
+                }
+            }
+            let count = order.len();
+            for (tried, addr) in order.into_iter().enumerate() {
                 let now = Instant::now();
                 if now >= expires_at {
                     info!("no server resumed the session within its timeout");
                     return Err(Ended::SessionExpired);
                 }
                 let request = self.resume_request();
-                let limit = self.options.connect_timeout.min(expires_at - now);
+                // A hung server (it accepts but never answers) may not eat
+                // the whole window: each server left gets an equal share, as
+                // ZooKeeper's client gives each a session timeout / count.
+                let untried = u32::try_from(count - tried).unwrap_or(u32::MAX);
+                let limit = self
+                    .options
+                    .connect_timeout
+                    .min((expires_at - now) / untried);
                 let attempt = tokio::time::timeout(limit, handshake(&addr, &request));
                 match self.while_suspended(attempt).await? {
                     Ok(Ok(established)) => return Ok(established),
@@ -906,6 +934,7 @@ impl Connection {
     fn resume(&mut self, established: Established) -> Socket {
         let info = SessionInfo::from_response(&established.response);
         self.shared.set_session(info);
+        self.shared.set_server(Some(&established.addr));
         self.set_timers(info.timeout);
         self.frame_bytes_max = frame_limit(&established.response);
         let now = Instant::now();

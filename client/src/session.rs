@@ -55,10 +55,12 @@ pub(crate) struct Shared {
     pub(crate) in_flight: Arc<Semaphore>,
     /// Watch events received from the server, for diagnostics and benchmarks.
     pub(crate) events_received: AtomicU64,
+    /// The server of the current connection; `None` while suspended.
+    server: Mutex<Option<String>>,
 }
 
 impl Shared {
-    pub(crate) fn new(response: &ConnectResponse, max_in_flight: usize) -> Self {
+    pub(crate) fn new(response: &ConnectResponse, server: &str, max_in_flight: usize) -> Self {
         Shared {
             session: Mutex::new(SessionInfo::from_response(response)),
             last_zxid: AtomicU64::new(response.zxid),
@@ -66,6 +68,7 @@ impl Shared {
             watches: Watches::new(),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             events_received: AtomicU64::new(0),
+            server: Mutex::new(Some(server.to_owned())),
         }
     }
 
@@ -84,6 +87,15 @@ impl Shared {
     /// Records a zxid from a reply or an event; the stored one never decreases.
     pub(crate) fn observe_zxid(&self, zxid: Zxid) {
         self.last_zxid.fetch_max(zxid, Ordering::AcqRel);
+    }
+
+    pub(crate) fn server(&self) -> Option<String> {
+        self.server.lock().clone()
+    }
+
+    /// Where the session is served from now; `None` once disconnected.
+    pub(crate) fn set_server(&self, server: Option<&str>) {
+        *self.server.lock() = server.map(str::to_owned);
     }
 
     /// Renegotiated by a resume; the credentials stay the same.

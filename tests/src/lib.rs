@@ -137,6 +137,25 @@ impl TestServer {
         let _ = self.child.wait();
     }
 
+    /// Stops the process with SIGSTOP: its sockets stay open but nothing
+    /// answers, as a machine that hangs or a long GC pause.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn unpause(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
     /// Starts the server again on the same data directory and address (after
     /// `kill` or `terminate`), with the same flags.
     pub fn restart(&mut self) {

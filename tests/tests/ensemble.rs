@@ -1,6 +1,7 @@
 //! A 3-member ensemble of real `arbord` processes on 127.0.0.1: writes go
 //! through any member, survive `kill -9` of the leader again and again,
-//! and a lock holder keeps its lock and its session through a failover.
+//! a lock holder keeps its lock and its session through a failover, and
+//! every one-shot watch fires exactly once across it.
 //!
 //! `ARBOR_ENSEMBLE_KILLS=N` sets how many times the leader is killed (20 by
 //! default; the `--ignored` soak kills it 100 times).
@@ -8,7 +9,10 @@
 use std::time::{Duration, Instant};
 
 use arbor_client::recipes::Mutex;
-use arbor_client::{Client, ClientOptions, CreateMode, Error};
+use arbor_client::{
+    AddWatchMode, Client, ClientOptions, CreateMode, Error, ErrorCode, EventType, OneshotWatch,
+    WatchEvent,
+};
 use arbor_tests::{example, TestEnsemble};
 
 fn options() -> ClientOptions {
@@ -338,4 +342,155 @@ async fn a_member_added_online_catches_up_and_serves_and_one_can_be_removed() {
         }
     };
     assert!(seen.is_some());
+}
+
+/// Runs one change until it is known to have happened exactly once: a
+/// retry after a lost reply finds it done (`done` names that answer).
+async fn once<F, Fut>(what: &str, done: ErrorCode, mut change: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(Instant::now() < deadline, "{what}: no member took it");
+        match change().await {
+            Ok(()) => return,
+            Err(err) if err.code() == Some(done) => return,
+            Err(Error::ConnectionLoss | Error::Timeout | Error::NotLeader | Error::Unavailable) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(err) => panic!("{what}: {err}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_one_shot_watch_fires_exactly_once_across_a_failover() {
+    // A watcher's member hangs (SIGSTOP); two changes land while the
+    // watcher waits for it, so they reach it as the replay of its resume on
+    // another member; two more land after, live. Every one-shot fires once
+    // with its event, the recursive stream sees each change once, and the
+    // servers sent one event per change.
+    let mut ensemble = TestEnsemble::start(3);
+    let watcher = Client::connect(&ensemble.addrs(), options())
+        .await
+        .expect("connects");
+    let doomed = watcher.connected_server().expect("connected");
+    let others: Vec<String> = ensemble
+        .members
+        .iter()
+        .map(|m| m.addr().to_owned())
+        .filter(|addr| *addr != doomed)
+        .collect();
+    let writer = Client::connect(&others.join(","), options())
+        .await
+        .expect("connects");
+    for path in ["/w", "/w/a", "/w/b", "/w/c"] {
+        writer
+            .create(path, Vec::new(), CreateMode::Persistent)
+            .await
+            .expect("created");
+    }
+    watcher.sync("/w").await.expect("synced");
+    let (_, _, data_a) = watcher.get_data_watch("/w/a").await.expect("armed");
+    let (_, children_b) = watcher.get_children_watch("/w/b").await.expect("armed");
+    let (_, _, data_c) = watcher.get_data_watch("/w/c").await.expect("armed");
+    let (_, children_c) = watcher.get_children_watch("/w/c").await.expect("armed");
+    let (absent, exists_d) = watcher.exists_watch("/w/d").await.expect("armed");
+    assert!(absent.is_none());
+    let mut below = watcher
+        .watch("/w", AddWatchMode::PersistentRecursive)
+        .await
+        .expect("armed");
+
+    let id = ensemble
+        .members
+        .iter()
+        .position(|m| m.addr() == doomed)
+        .expect("a member") as u64
+        + 1;
+    ensemble.member(id).pause();
+    once("set /w/a", ErrorCode::BadVersion, || async {
+        writer
+            .set_data("/w/a", b"1".to_vec(), Some(0))
+            .await
+            .map(drop)
+    })
+    .await;
+    once("delete /w/c", ErrorCode::NoNode, || async {
+        writer.delete("/w/c", None).await
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // It notices after its read timeout (2/3 of the session timeout).
+    while watcher
+        .connected_server()
+        .is_none_or(|server| server == doomed)
+    {
+        assert!(Instant::now() < deadline, "the watcher did not move");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ensemble.member(id).kill();
+    once("create /w/b/kid", ErrorCode::NodeExists, || async {
+        writer
+            .create("/w/b/kid", Vec::new(), CreateMode::Persistent)
+            .await
+            .map(drop)
+    })
+    .await;
+    once("create /w/d", ErrorCode::NodeExists, || async {
+        writer
+            .create("/w/d", Vec::new(), CreateMode::Persistent)
+            .await
+            .map(drop)
+    })
+    .await;
+
+    let fired = |watch: OneshotWatch| async move {
+        tokio::time::timeout(Duration::from_secs(10), watch)
+            .await
+            .expect("fires")
+            .map(|event: WatchEvent| (event.event_type, event.path))
+            .expect("an event")
+    };
+    assert_eq!(
+        fired(data_a).await,
+        (EventType::NodeDataChanged, "/w/a".to_owned())
+    );
+    assert_eq!(
+        fired(children_b).await,
+        (EventType::NodeChildrenChanged, "/w/b".to_owned())
+    );
+    assert_eq!(
+        fired(data_c).await,
+        (EventType::NodeDeleted, "/w/c".to_owned())
+    );
+    assert_eq!(
+        fired(children_c).await,
+        (EventType::NodeDeleted, "/w/c".to_owned())
+    );
+    assert_eq!(
+        fired(exists_d).await,
+        (EventType::NodeCreated, "/w/d".to_owned())
+    );
+
+    let mut seen = Vec::new();
+    while let Ok(event) = tokio::time::timeout(Duration::from_millis(500), below.next()).await {
+        let event = event.expect("the recursive watch stays");
+        seen.push((event.event_type, event.path));
+    }
+    seen.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        seen,
+        vec![
+            (EventType::NodeDataChanged, "/w/a".to_owned()),
+            (EventType::NodeCreated, "/w/b/kid".to_owned()),
+            (EventType::NodeDeleted, "/w/c".to_owned()),
+            (EventType::NodeCreated, "/w/d".to_owned()),
+        ],
+        "each change once on the recursive watch"
+    );
+    // /w/b's children and /w/b/kid's creation are two events; the rest one each.
+    assert_eq!(watcher.watch_events_received(), 5);
 }

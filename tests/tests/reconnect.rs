@@ -129,3 +129,33 @@ async fn a_restart_after_the_timeout_expires_the_session_and_hands_the_lock_on()
         Err(arbor_client::Error::SessionExpired)
     ));
 }
+
+#[tokio::test]
+async fn servers_that_accept_but_never_answer_do_not_cost_the_session() {
+    // Two "hung" servers (they accept TCP, as a stopped process's kernel
+    // does, and never answer) before the real one: resuming gives each
+    // its share of what is left of the session timeout, so the real one
+    // is still reached in time. One hung server may not eat it all.
+    let hung: Vec<std::net::TcpListener> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("binds"))
+        .collect();
+    let dir = TempDir::new();
+    let mut server = TestServer::start_in(dir.path(), &[]);
+    let mut addrs: Vec<String> = hung
+        .iter()
+        .map(|l| l.local_addr().expect("bound").to_string())
+        .collect();
+    addrs.push(server.addr().to_owned());
+    let options = ClientOptions::default()
+        .with_session_timeout(Duration::from_millis(4000))
+        .with_connect_timeout(Duration::from_secs(2));
+    let c = Client::connect(&addrs.join(","), options)
+        .await
+        .expect("connects");
+    let session = c.session_id();
+
+    server.restart();
+    wait_for(&c, ConnectionState::Reconnected).await;
+    assert_eq!(c.session_id(), session);
+    assert_eq!(c.connected_server().as_deref(), Some(server.addr()));
+}
