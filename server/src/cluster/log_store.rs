@@ -346,6 +346,10 @@ struct LogWriter {
 impl LogWriter {
     fn run(mut self, mut queue: mpsc::Receiver<LogIo>) {
         let mut flushed = Vec::with_capacity(LOG_GROUP_COMMIT_MAX);
+        // The committed position is a hint that openraft saves after every
+        // commit, between the appends: it must not cut a group commit
+        // short, so only the newest is written, after the group's sync.
+        let mut committed = None;
         while let Some(first) = queue.blocking_recv() {
             let mut next = Some(first);
             while let Some(request) = next.take() {
@@ -357,6 +361,10 @@ impl LogWriter {
                             next = queue.try_recv().ok();
                         }
                     }
+                    LogIo::SaveCommitted { committed: newest } => {
+                        committed = Some(newest);
+                        next = queue.try_recv().ok();
+                    }
                     other => {
                         self.complete(&mut flushed);
                         self.handle(other);
@@ -365,6 +373,19 @@ impl LogWriter {
                 }
             }
             self.complete(&mut flushed);
+            if let Some(committed) = committed.take() {
+                self.save_committed(&committed);
+            }
+        }
+    }
+
+    fn save_committed(&mut self, committed: &Option<LogPosition>) {
+        // A hint only (see meta_file): never synced, and a failure costs
+        // nothing but a later apply after a restart.
+        if let Err(err) =
+            meta_file::write(&self.dir, COMMITTED_FILE, COMMITTED_MAGIC, committed, false)
+        {
+            debug!(error = %err, "could not record the committed position");
         }
     }
 
@@ -398,19 +419,7 @@ impl LogWriter {
                 let result = meta_file::write(&self.dir, VOTE_FILE, VOTE_MAGIC, &vote, self.sync);
                 let _ = done.send(result);
             }
-            LogIo::SaveCommitted { committed } => {
-                // A hint only (see meta_file): never synced, and a failure
-                // costs nothing but a later apply after a restart.
-                if let Err(err) = meta_file::write(
-                    &self.dir,
-                    COMMITTED_FILE,
-                    COMMITTED_MAGIC,
-                    &committed,
-                    false,
-                ) {
-                    debug!(error = %err, "could not record the committed position");
-                }
-            }
+            LogIo::SaveCommitted { committed } => self.save_committed(&committed),
         }
     }
 
