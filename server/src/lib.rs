@@ -59,14 +59,18 @@
 //! ([`cluster`]) on openraft. The write path keeps its shape: prep fixes the
 //! txn, the committer's queue takes it in the connection's order, and then,
 //! instead of the local log, the member's replicator
-//! ([`cluster::member`]) puts it into the replicated log: directly on the
-//! leader, forwarded over one pipelined peer connection on a follower.
-//! Committed entries reach the same apply loop ([`pipeline::applier`]) on
+//! ([`cluster::member`]) puts it into the replicated log: on a follower,
+//! forwarded over one pipelined peer connection; on the leader, together
+//! with everything else waiting (its own writes and its followers'
+//! forwards) in one entry, since openraft 0.9 syncs the leader's log once
+//! per entry before it takes the next: that is the ensemble's group
+//! commit. Committed entries reach the same apply loop ([`pipeline::applier`]) on
 //! every member, whether or not that member took the request; the member
 //! that did answers after its own apply, so event-before-reply and
-//! read-your-writes hold on followers too. A zxid is the entry's log index
-//! plus a base fixed when the ensemble was formed: the same everywhere and
-//! increasing through leader changes and restarts. Reads are local; `sync`
+//! read-your-writes hold on followers too. Each write applied takes the
+//! next zxid, as on a standalone server: the same everywhere (every member
+//! applies the same entries from the same state) and increasing through
+//! leader changes and restarts. Reads are local; `sync`
 //! asks the leader for a read index and waits for the local apply. Only the
 //! leader expires sessions and reaps nodes; followers pass their clients'
 //! liveness on each half tick, and a new leader gives every session a full

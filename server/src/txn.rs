@@ -63,7 +63,31 @@ impl Txn {
             _ => 1,
         }
     }
+
+    /// About how many bytes this txn takes encoded: its paths and data,
+    /// plus [`TXN_FIXED_BYTES_MAX`] for everything of fixed size. Never
+    /// below the real size; for batching writes under a byte limit.
+    pub fn encoded_bytes_bound(&self) -> usize {
+        let op_bytes = |op: &MultiOp| {
+            let data = match op {
+                MultiOp::Create { data, .. } | MultiOp::SetData { data, .. } => data.len(),
+                MultiOp::Check { .. } | MultiOp::Delete { .. } => 0,
+            };
+            op.path().len() + data + TXN_FIXED_BYTES_MAX
+        };
+        TXN_FIXED_BYTES_MAX
+            + match self {
+                Txn::Write { op, .. } => op_bytes(op),
+                Txn::Multi { ops, .. } => ops.iter().map(op_bytes).sum(),
+                Txn::ReapContainer { path } | Txn::ReapTtl { path } => path.len(),
+                Txn::CreateSession { .. } | Txn::CloseSession { .. } | Txn::MoveSession { .. } => 0,
+            }
+    }
 }
+
+/// More than the fixed-size fields of a txn or of one op take encoded
+/// (tags, ids, versions, lengths, a session password).
+pub const TXN_FIXED_BYTES_MAX: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum CloseReason {

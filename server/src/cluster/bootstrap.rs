@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::log_files::{LogError, LogOptions};
 use super::log_store::{LogIoThread, LogStore};
-use super::member::{run_replicator, send_touches, watch_leadership, Member};
+use super::member::{run_replicator, send_touches, watch_leadership, Member, FORWARDS_QUEUED_MAX};
 use super::network::PeerNetwork;
 use super::peer::RAFT_PAYLOAD_ENTRIES_MAX;
 use super::peer_server;
@@ -195,10 +195,12 @@ pub async fn start(
             source,
         }
     })?;
+    let (forwards, forwarded) = mpsc::channel(FORWARDS_QUEUED_MAX);
     tasks.spawn(peer_server::serve(
         peer_listener,
         raft.clone(),
         shared.clone(),
+        forwards,
         stop.clone(),
     ));
     tasks.spawn(watch_leadership(
@@ -207,7 +209,7 @@ pub async fn start(
         stop.clone(),
     ));
     tasks.spawn(send_touches(member.clone(), shared.clone(), stop.clone()));
-    tasks.spawn(run_replicator(proposals, member));
+    tasks.spawn(run_replicator(proposals, forwarded, member));
     tasks.close();
     info!(
         member = id,

@@ -95,11 +95,14 @@ pub(super) async fn create(members: &BTreeMap<MemberId, Member>, path: &str) -> 
         for member in members.values() {
             match member.raft.client_write(command.clone()).await {
                 Ok(response) => match response.data {
-                    Outcome::Write(Ok(OpResult::Created { stat, .. })) => return stat.czxid,
-                    // A retry of a write that went through before its reply was lost.
-                    Outcome::Write(Err(arbor_protocol::ErrorCode::NodeExists)) => {
-                        return czxid(&member.shared, path).expect("exists")
-                    }
+                    Outcome::Writes(results) => match &results[..] {
+                        [Ok(OpResult::Created { stat, .. })] => return stat.czxid,
+                        // A retry of a write that went through before its reply was lost.
+                        [Err(arbor_protocol::ErrorCode::NodeExists)] => {
+                            return czxid(&member.shared, path).expect("exists")
+                        }
+                        other => panic!("{path}: {other:?}"),
+                    },
                     other => panic!("{path}: {other:?}"),
                 },
                 Err(_) => continue,

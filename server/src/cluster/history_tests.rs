@@ -63,18 +63,15 @@ async fn set(
     value: u64,
     expect: Option<i32>,
 ) -> Output {
-    let command = Command {
-        time_ms: 1,
-        txn: Txn::Write {
-            session_id: 0,
-            op: MultiOp::SetData {
-                path: key_path(key),
-                data: value.to_be_bytes().to_vec(),
-                version: expect.unwrap_or(-1),
-            },
+    let txn = Txn::Write {
+        session_id: 0,
+        op: MultiOp::SetData {
+            path: key_path(key),
+            data: value.to_be_bytes().to_vec(),
+            version: expect.unwrap_or(-1),
         },
-        origin: None,
     };
+    let command = Command::one(1, txn, None);
     let mut target = members[&from].0.current_leader().await.unwrap_or(from);
     for _ in 0..3 {
         let Some((raft, _)) = members.get(&target) else {
@@ -83,13 +80,16 @@ async fn set(
         let sent = tokio::time::timeout(REQUEST_TIMEOUT, raft.client_write(command.clone())).await;
         match sent {
             Ok(Ok(response)) => {
-                return match response.data {
-                    Outcome::Write(Ok(OpResult::SetData(stat))) => Output::Written {
+                let Outcome::Writes(results) = response.data else {
+                    panic!("set {key}: no writes");
+                };
+                return match &results[..] {
+                    [Ok(OpResult::SetData(stat))] => Output::Written {
                         version: stat.version,
                     },
-                    Outcome::Write(Err(ErrorCode::BadVersion)) => Output::BadVersion,
+                    [Err(ErrorCode::BadVersion)] => Output::BadVersion,
                     other => panic!("set {key}: {other:?}"),
-                }
+                };
             }
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
                 match forward.leader_id {

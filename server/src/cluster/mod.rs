@@ -21,10 +21,11 @@
 //!   who leads, `sync`, liveness at the leader); [`bootstrap`] starts and
 //!   stops it.
 //!
-//! A zxid is the entry's log index plus a base fixed when the ensemble was
-//! formed ([`records::zxid_of`]): the same on every member,
-//! and increasing across leader changes and restarts, so a lock's fencing
-//! token (the czxid of its node) keeps increasing through a failover.
+//! An entry carries a batch of writes ([`types::Command`]); each write
+//! applied takes the next zxid. Every member applies the same entries from
+//! the same state, so zxids are the same on every member and increase
+//! across leader changes and restarts: a lock's fencing token (the czxid of
+//! its node) keeps increasing through a failover.
 
 pub mod bootstrap;
 pub mod log_files;

@@ -10,11 +10,12 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Raft};
 use std::collections::BTreeSet;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::member::Forwarded;
 use super::peer::{
     codec, decode, encode, ForwardRefused, PeerReply, PeerRequest, PEER_REQUESTS_IN_FLIGHT_MAX,
 };
@@ -39,6 +40,7 @@ pub async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
+    forwards: mpsc::Sender<Forwarded>,
     stop: CancellationToken,
 ) {
     info!(addr = ?listener.local_addr().ok(), "serving peers");
@@ -60,6 +62,7 @@ pub async fn serve(
             stream,
             raft.clone(),
             shared.clone(),
+            forwards.clone(),
             stop.clone(),
         ));
     }
@@ -69,9 +72,12 @@ async fn serve_connection(
     stream: TcpStream,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
+    forwards: mpsc::Sender<Forwarded>,
     stop: CancellationToken,
 ) {
     let (mut sink, mut source) = Framed::new(stream, codec()).split();
+    // The leader whose entries came over this connection, if any.
+    let mut appended_by: Option<MemberId> = None;
     let (answers, mut outbound) = mpsc::channel::<bytes::Bytes>(PEER_REQUESTS_IN_FLIGHT_MAX);
     let writer = tokio::spawn(async move {
         while let Some(bytes) = outbound.recv().await {
@@ -103,30 +109,26 @@ async fn serve_connection(
             }
         };
         match frame.body {
-            // In arrival order: this call only puts the write in the log's queue.
-            PeerRequest::Forward(command) => match raft.client_write_ff(command).await {
-                Ok(written) => {
-                    tokio::spawn(async move {
-                        let outcome = match written.await {
-                            Ok(Ok(response)) => Ok((response.log_id.index, response.data)),
-                            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
-                                Err(ForwardRefused::NotLeader {
-                                    leader: forward.leader_id,
-                                })
-                            }
-                            Ok(Err(err)) => Err(ForwardRefused::Unknown(err.to_string())),
-                            Err(err) => Err(ForwardRefused::Unknown(err.to_string())),
-                        };
-                        send(PeerReply::Forwarded(outcome)).await;
-                    });
-                }
-                Err(fatal) => {
-                    send(PeerReply::Forwarded(Err(ForwardRefused::Unknown(
-                        fatal.to_string(),
-                    ))))
-                    .await
-                }
-            },
+            // In arrival order: this only queues the writes for the
+            // replicator, which puts them in the next entry with the rest.
+            PeerRequest::Forward(command) => {
+                let (reply, written) = oneshot::channel();
+                let queued = forwards
+                    .send(Forwarded {
+                        writes: command.writes,
+                        reply,
+                    })
+                    .await;
+                tokio::spawn(async move {
+                    let outcome = match queued {
+                        Ok(()) => written.await.unwrap_or_else(|_| {
+                            Err(ForwardRefused::Unknown("the replicator stopped".into()))
+                        }),
+                        Err(_) => Err(ForwardRefused::NotLeader { leader: None }),
+                    };
+                    send(PeerReply::Forwarded(outcome)).await;
+                });
+            }
             PeerRequest::Touch(sessions) => {
                 let now_ms = shared.clock.monotonic_ms();
                 {
@@ -138,6 +140,9 @@ async fn serve_connection(
                 send(PeerReply::Touched).await;
             }
             other => {
+                if let PeerRequest::Append(rpc) = &other {
+                    appended_by = rpc.vote.leader_id().voted_for();
+                }
                 let raft = raft.clone();
                 tokio::spawn(async move {
                     let reply = match other {
@@ -161,6 +166,77 @@ async fn serve_connection(
     }
     drop(answers);
     let _ = writer.await;
+    if let Some(leader) = appended_by.filter(|_| !stop.is_cancelled()) {
+        tokio::spawn(suspect_leader(raft, leader));
+    }
+}
+
+/// How long the probe of a leader's peer port may take. A refusal comes
+/// back at once; anything slower proves nothing and is left to the timers.
+const LEADER_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Probes of a leader's peer port, [`LEADER_PROBE_INTERVAL`] apart: a dying
+/// process may close its connections a moment before its listener.
+const LEADER_PROBES: usize = 5;
+const LEADER_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Whether `peer` refuses connections within [`LEADER_PROBES`] tries.
+async fn refuses(peer: &str) -> bool {
+    for _ in 0..LEADER_PROBES {
+        match tokio::time::timeout(LEADER_PROBE_TIMEOUT, TcpStream::connect(peer)).await {
+            Ok(Err(err)) if err.kind() == std::io::ErrorKind::ConnectionRefused => return true,
+            Ok(Ok(_accepted)) => tokio::time::sleep(LEADER_PROBE_INTERVAL).await,
+            Ok(Err(_)) | Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// How long the highest-numbered surviving voter waits before it stands,
+/// so that the others have stood first (see [`suspect_leader`]).
+const HIGHEST_STANDS_AFTER: std::time::Duration = std::time::Duration::from_millis(30);
+
+/// The connection the leader replicated over has closed. If the leader's
+/// peer port now refuses connections, its process is gone (`kill -9`, a
+/// crash): elect a new leader at once instead of waiting out the leader
+/// lease and an election timeout, as ZooKeeper's followers react to the
+/// leader's socket closing. A leader that is only slow or cut off does not
+/// refuse, and is left to the timers.
+///
+/// A follower still inside its leader lease refuses to vote, but a
+/// candidate grants a vote of the same term from a higher-numbered member
+/// (openraft orders votes by term, then member id). So every surviving
+/// voter but the highest-numbered stands at once, which ends its lease, and
+/// the highest stands a moment later and collects their votes: one round
+/// instead of a split vote and an election timeout.
+async fn suspect_leader(raft: Raft<TypeConfig>, leader: MemberId) {
+    let (me, peer, highest) = {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.current_leader != Some(leader) || metrics.id == leader {
+            return;
+        }
+        let membership = metrics.membership_config.membership();
+        let Some(addr) = membership.get_node(&leader) else {
+            return;
+        };
+        let highest = membership.voter_ids().filter(|id| *id != leader).max();
+        (metrics.id, addr.peer.clone(), highest)
+    };
+    if !refuses(&peer).await {
+        debug!(leader, %peer, "the leader's connection closed, but its port does not refuse");
+        return;
+    }
+    if highest == Some(me) {
+        tokio::time::sleep(HIGHEST_STANDS_AFTER).await;
+    }
+    if raft.metrics().borrow().current_leader != Some(leader) {
+        return;
+    }
+    info!(leader, %peer, "the leader's peer port refuses connections: standing for election");
+    if let Err(fatal) = raft.trigger().elect().await {
+        warn!(error = %fatal, "cannot stand for election");
+    }
 }
 
 /// Adds a member (as a learner until it has caught up, then as a voter) or

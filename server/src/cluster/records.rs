@@ -54,19 +54,8 @@ pub struct AppliedPosition {
     pub last_applied: Option<LogPosition>,
     pub membership_at: Option<LogPosition>,
     pub membership: MembershipRecord,
-    /// Added to every log index to make its zxid: the last zxid of the data
-    /// an ensemble was started from (0 for a new one), so zxids never go
-    /// back below what clients of that data have seen.
-    pub zxid_base: u64,
     /// The member each live session was last opened or resumed on. Writes
     /// of a session from any other member are refused (`SessionMoved`), so
     /// a connection the client has left cannot write behind its back.
     pub session_owners: std::collections::BTreeMap<u64, MemberId>,
-}
-
-/// The zxid of the log entry at `index`: strictly increasing with the
-/// index, the same on every member, and never 0 (openraft's first entry has
-/// index 0, and zxid 0 means "nothing applied").
-pub fn zxid_of(zxid_base: u64, index: u64) -> u64 {
-    zxid_base + index + 1
 }

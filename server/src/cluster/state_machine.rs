@@ -24,28 +24,29 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use tracing::info;
 
-use super::records::{zxid_of, LogPosition, MemberAddr, MemberId, MembershipRecord};
+use super::records::{LogPosition, MemberAddr, MemberId, MembershipRecord};
 use super::types::{Outcome, TypeConfig};
 use crate::context::Shared;
-use crate::pipeline::applier::{apply_committed, Committed};
+use crate::pipeline::applier::apply_committed;
 use crate::pipeline::apply::StateMachine;
 use crate::storage::snapshot;
 use crate::txn::{CloseReason, Txn, TxnEntry};
 
 type Meta = SnapshotMeta<MemberId, MemberAddr>;
 
-/// What apply does with one entry.
+/// What apply does with one write.
 enum Step {
     Apply(TxnEntry),
     /// A write of a session that now belongs to another member: refused,
-    /// and it only takes its zxid.
-    Moved {
-        zxid: u64,
-    },
-    /// A blank or membership entry.
-    Nothing {
-        zxid: u64,
-    },
+    /// without a zxid.
+    Moved,
+}
+
+/// What apply does with one entry: nothing (a blank or membership entry),
+/// or one step per write of its command.
+enum EntryPlan {
+    Nothing,
+    Writes(Vec<Step>),
 }
 
 /// A session's new owner (`None`: the session ends) after a batch.
@@ -203,10 +204,17 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
             )),
             _ => None,
         });
-        let committed = plan.iter().map(|step| match step {
-            Step::Apply(txn) => Committed::Txn(txn),
-            Step::Moved { zxid } | Step::Nothing { zxid } => Committed::Marker { zxid: *zxid },
-        });
+        let committed = plan
+            .iter()
+            .filter_map(|entry| match entry {
+                EntryPlan::Writes(steps) => Some(steps),
+                EntryPlan::Nothing => None,
+            })
+            .flatten()
+            .filter_map(|step| match step {
+                Step::Apply(txn) => Some(txn),
+                Step::Moved => None,
+            });
         let mut moved_away = Vec::new();
         let mut results = apply_committed(&self.shared, committed, |state| {
             state.replica.last_applied = Some(last);
@@ -237,14 +245,19 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
         }
         let outcomes = plan
             .iter()
-            .map(|step| match step {
-                Step::Apply(_) => Outcome::Write(
-                    results
-                        .next()
-                        .unwrap_or(Err(arbor_protocol::ErrorCode::Internal)),
+            .map(|entry| match entry {
+                EntryPlan::Nothing => Outcome::Nothing,
+                EntryPlan::Writes(steps) => Outcome::Writes(
+                    steps
+                        .iter()
+                        .map(|step| match step {
+                            Step::Apply(_) => results
+                                .next()
+                                .unwrap_or(Err(arbor_protocol::ErrorCode::Internal)),
+                            Step::Moved => Err(arbor_protocol::ErrorCode::SessionMoved),
+                        })
+                        .collect(),
                 ),
-                Step::Moved { .. } => Outcome::Write(Err(arbor_protocol::ErrorCode::SessionMoved)),
-                Step::Nothing { .. } => Outcome::Nothing,
             })
             .collect();
         Ok(outcomes)
@@ -324,52 +337,62 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
 }
 
 impl ClusterStateMachine {
-    /// Decides each entry's fate, in order, and the session owners after
+    /// Decides each write's fate, in order, and the session owners after
     /// them: a write proposed by a member that no longer owns its session
     /// is refused; opening or resuming a session makes the proposer its
-    /// owner; a session's end forgets it.
-    fn plan(&self, entries: &[Entry<TypeConfig>]) -> (Vec<Step>, OwnerChanges) {
+    /// owner; a session's end forgets it. Every write applied takes the next
+    /// zxid, so zxids are dense, the same on every member (all apply the
+    /// same entries from the same state) and keep increasing across leader
+    /// changes and restarts.
+    fn plan(&self, entries: &[Entry<TypeConfig>]) -> (Vec<EntryPlan>, OwnerChanges) {
         let state = self.shared.state.read();
-        let zxid_base = state.replica.zxid_base;
+        let mut zxid = state.last_zxid();
         let mut changes = OwnerChanges::new();
         let plan = entries
             .iter()
             .map(|entry| {
-                let zxid = zxid_of(zxid_base, entry.log_id.index);
                 let EntryPayload::Normal(command) = &entry.payload else {
-                    return Step::Nothing { zxid };
+                    return EntryPlan::Nothing;
                 };
-                let proposer = command.origin.map(|origin| origin.member);
-                if let Some(session_id) = command.txn.session_id() {
-                    let owner = match changes.get(&session_id) {
-                        Some(owner) => *owner,
-                        None => state.replica.session_owners.get(&session_id).copied(),
-                    };
-                    match &command.txn {
-                        Txn::CreateSession { .. } | Txn::MoveSession { .. } => {
-                            changes.insert(session_id, proposer.or(owner));
+                let steps = command
+                    .writes
+                    .iter()
+                    .map(|write| {
+                        let proposer = write.proposer;
+                        if let Some(session_id) = write.txn.session_id() {
+                            let owner = match changes.get(&session_id) {
+                                Some(owner) => *owner,
+                                None => state.replica.session_owners.get(&session_id).copied(),
+                            };
+                            match &write.txn {
+                                Txn::CreateSession { .. } | Txn::MoveSession { .. } => {
+                                    changes.insert(session_id, proposer.or(owner));
+                                }
+                                // The leader's decision, not a request of the session.
+                                Txn::CloseSession {
+                                    reason: CloseReason::Expired,
+                                    ..
+                                } => {
+                                    changes.insert(session_id, None);
+                                }
+                                _ if proposer.is_some() && owner.is_some() && proposer != owner => {
+                                    return Step::Moved;
+                                }
+                                Txn::CloseSession { .. } => {
+                                    changes.insert(session_id, None);
+                                }
+                                _ => {}
+                            }
                         }
-                        // The leader's decision, not a request of the session.
-                        Txn::CloseSession {
-                            reason: CloseReason::Expired,
-                            ..
-                        } => {
-                            changes.insert(session_id, None);
-                        }
-                        _ if proposer.is_some() && owner.is_some() && proposer != owner => {
-                            return Step::Moved { zxid };
-                        }
-                        Txn::CloseSession { .. } => {
-                            changes.insert(session_id, None);
-                        }
-                        _ => {}
-                    }
-                }
-                Step::Apply(TxnEntry {
-                    zxid,
-                    time_ms: command.time_ms,
-                    txn: command.txn.clone(),
-                })
+                        zxid += 1;
+                        Step::Apply(TxnEntry {
+                            zxid,
+                            time_ms: write.time_ms,
+                            txn: write.txn.clone(),
+                        })
+                    })
+                    .collect();
+                EntryPlan::Writes(steps)
             })
             .collect();
         (plan, changes)

@@ -16,7 +16,7 @@ use super::log_files::LogOptions;
 use super::log_store::{LogIoThread, LogStore};
 use super::records::MemberId;
 use super::state_machine::{load_newest, ClusterStateMachine};
-use super::types::{Command, Outcome, TypeConfig};
+use super::types::{Command, Outcome, TypeConfig, Write};
 use crate::config::Config;
 use crate::context::Shared;
 use crate::pipeline::commit::{Committer, MemoryLog};
@@ -91,17 +91,17 @@ fn openraft_conformance_suite_passes() {
 
 /// A command creating a persistent `path` holding its own name.
 pub(super) fn create_command(path: &str, time_ms: u64) -> Command {
-    Command {
-        time_ms,
-        txn: Txn::Write {
-            session_id: 0,
-            op: MultiOp::Create {
-                path: path.into(),
-                data: path.as_bytes().to_vec(),
-                mode: CreateMode::Persistent,
-            },
+    Command::one(time_ms, create_txn(path), None)
+}
+
+fn create_txn(path: &str) -> Txn {
+    Txn::Write {
+        session_id: 0,
+        op: MultiOp::Create {
+            path: path.into(),
+            data: path.as_bytes().to_vec(),
+            mode: CreateMode::Persistent,
         },
-        origin: None,
     }
 }
 
@@ -245,30 +245,59 @@ async fn a_torn_tail_is_cut_and_damage_before_a_whole_record_is_refused() {
 }
 
 #[tokio::test]
-async fn commands_apply_to_the_tree_with_zxids_from_the_log_index() {
-    // The zxid of an entry is its index (plus one), whatever the leader.
+async fn each_write_applied_takes_the_next_zxid_whatever_the_entries() {
+    // Blank entries take no zxid; each write of a batched entry takes the
+    // next one, in order, with one result per write.
     let dir = TempDir::new("apply");
     let mut sm = state_machine(&dir.0);
     let blank = Entry {
         log_id: log_id(1, 1, 1),
         payload: EntryPayload::Blank,
     };
+    let batch = Entry {
+        log_id: log_id(2, 1, 4),
+        payload: EntryPayload::Normal(Command {
+            writes: ["/c", "/a", "/d"]
+                .iter()
+                .map(|path| Write {
+                    time_ms: 5,
+                    txn: create_txn(path),
+                    proposer: None,
+                })
+                .collect(),
+        }),
+    };
     let outcomes = sm
-        .apply(vec![blank, command(2, 1, "/a"), command(3, 2, "/b")])
+        .apply(vec![blank, command(2, 1, "/a"), command(3, 2, "/b"), batch])
         .await
         .expect("applies");
     assert_eq!(outcomes[0], Outcome::Nothing);
     assert!(matches!(
-        outcomes[1],
-        Outcome::Write(Ok(OpResult::Created { .. }))
+        &outcomes[1],
+        Outcome::Writes(results) if matches!(results[..], [Ok(OpResult::Created { .. })])
+    ));
+    let Outcome::Writes(results) = &outcomes[3] else {
+        panic!("{outcomes:?}");
+    };
+    assert!(matches!(
+        results[..],
+        [
+            Ok(OpResult::Created { .. }),
+            Err(arbor_protocol::ErrorCode::NodeExists),
+            Ok(OpResult::Created { .. })
+        ]
     ));
     let (applied, _) = sm.applied_state().await.expect("state");
-    assert_eq!(applied, Some(log_id(2, 1, 3)));
+    assert_eq!(applied, Some(log_id(2, 1, 4)));
     let shared = sm.shared();
     let state = shared.state.read();
-    assert_eq!(state.tree.node("/a").map(|n| n.czxid), Some(3));
-    assert_eq!(state.tree.node("/b").map(|n| n.czxid), Some(4));
-    assert_eq!(state.last_zxid(), 4);
+    let czxid = |path: &str| state.tree.node(path).map(|n| n.czxid);
+    assert_eq!(
+        [czxid("/a"), czxid("/b"), czxid("/c"), czxid("/d")],
+        [Some(1), Some(2), Some(3), Some(5)],
+        "a failed write takes its zxid too, as in a standalone server"
+    );
+    assert_eq!(state.last_zxid(), 5);
 }
 
 #[tokio::test]
@@ -310,7 +339,7 @@ async fn a_snapshot_of_a_tree_installs_on_another_member_and_survives_its_restar
             state.tree.node("/n50").map(|n| n.data.to_vec()),
             Some(b"/n50".to_vec())
         );
-        assert_eq!(state.last_zxid(), 51);
+        assert_eq!(state.last_zxid(), 50, "one zxid per write");
     };
     check(&follower);
     let (applied, _) = follower.applied_state().await.expect("state");
@@ -352,11 +381,7 @@ async fn a_session_moved_to_another_member_cannot_write_from_the_old_one() {
     let mut sm = state_machine(&dir.0);
     let from = |member: MemberId, txn: Txn, index: u64| Entry {
         log_id: log_id(1, 1, index),
-        payload: EntryPayload::Normal(Command {
-            time_ms: 1,
-            txn,
-            origin: Some(super::types::Origin { member, request: 0 }),
-        }),
+        payload: EntryPayload::Normal(Command::one(1, txn, Some(member))),
     };
     let create = |path: &str| Txn::Write {
         session_id: 7,
@@ -384,12 +409,13 @@ async fn a_session_moved_to_another_member_cannot_write_from_the_old_one() {
         ])
         .await
         .expect("applies");
-    assert!(matches!(outcomes[1], Outcome::Write(Ok(_))), "{outcomes:?}");
-    assert_eq!(
-        outcomes[3],
-        Outcome::Write(Err(arbor_protocol::ErrorCode::SessionMoved))
-    );
-    assert!(matches!(outcomes[4], Outcome::Write(Ok(_))), "{outcomes:?}");
+    let only = |k: usize| match &outcomes[k] {
+        Outcome::Writes(results) if results.len() == 1 => results[0].clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(only(1).is_ok(), "{outcomes:?}");
+    assert_eq!(only(3), Err(arbor_protocol::ErrorCode::SessionMoved));
+    assert!(only(4).is_ok(), "{outcomes:?}");
     {
         let shared = sm.shared();
         let state = shared.state.read();
@@ -402,8 +428,8 @@ async fn a_session_moved_to_another_member_cannot_write_from_the_old_one() {
         assert_eq!(state.replica.session_owners.get(&7), Some(&2));
         assert_eq!(
             state.last_zxid(),
-            6,
-            "the refused write still took its zxid"
+            4,
+            "a write refused as moved takes no zxid"
         );
     }
     let expire = from(

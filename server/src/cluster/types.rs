@@ -31,25 +31,39 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// Where a command comes from: the member that took the request (a
-/// session's writes count only from the member that owns the session).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
-pub struct Origin {
-    pub member: MemberId,
-    /// The proposing member's number for the request. Not used yet (members
-    /// answer from their own apply by waiting for the entry's index); kept
-    /// in the format so that answering by request needs no format change.
-    pub request: u64,
-}
-
-/// A write in the replicated log.
+/// One write as prep fixed it.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
-pub struct Command {
+pub struct Write {
     /// Wall time fixed by prep; apply reads no clock.
     pub time_ms: u64,
     pub txn: Txn,
-    /// `None` for server-made txns (expiry, reaping) nobody waits on.
-    pub origin: Option<Origin>,
+    /// The member that took the request: a session's writes count only
+    /// from the member that owns the session (see `Txn::MoveSession`).
+    /// `None` for writes of nobody's session.
+    pub proposer: Option<MemberId>,
+}
+
+/// The writes of one entry of the replicated log, applied in order, each at
+/// the next zxid. openraft 0.9 makes the leader sync its log once per entry
+/// before it takes the next one, so the leader puts every write waiting for
+/// it (its own and those its followers forwarded) into one entry: that is
+/// the ensemble's group commit.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Command {
+    pub writes: Vec<Write>,
+}
+
+impl Command {
+    /// A command of one write.
+    pub fn one(time_ms: u64, txn: Txn, proposer: Option<MemberId>) -> Self {
+        Self {
+            writes: vec![Write {
+                time_ms,
+                txn,
+                proposer,
+            }],
+        }
+    }
 }
 
 /// What applying an entry gave.
@@ -57,7 +71,8 @@ pub struct Command {
 pub enum Outcome {
     /// A blank or membership entry: nothing for a client.
     Nothing,
-    Write(WriteResult),
+    /// One result per write of the command, in order.
+    Writes(Vec<WriteResult>),
 }
 
 /// openraft's `serde` feature asks application data to be serde types. Ours
@@ -245,14 +260,7 @@ mod tests {
     #[test]
     fn commands_pass_through_serde_as_their_bincode_bytes() {
         // openraft's serde bound is met without a second encoding.
-        let command = Command {
-            time_ms: 17,
-            txn: Txn::ReapTtl { path: "/t".into() },
-            origin: Some(Origin {
-                member: 2,
-                request: 9,
-            }),
-        };
+        let command = Command::one(17, Txn::ReapTtl { path: "/t".into() }, Some(2));
         let json = serde_json::to_vec(&command).expect("serializes");
         let back: Command = serde_json::from_slice(&json).expect("deserializes");
         assert_eq!(back, command);

@@ -15,23 +15,13 @@ use crate::pipeline::apply::{SessionChange, StateMachine};
 use crate::pipeline::commit::WriteResult;
 use crate::txn::{CloseReason, TxnEntry};
 
-/// One committed entry.
-#[derive(Debug, Clone, Copy)]
-pub enum Committed<'a> {
-    /// A txn, at its zxid.
-    Txn(&'a TxnEntry),
-    /// An entry with nothing for the tree (a new leader's blank entry, a
-    /// change of membership): it takes its zxid, and nothing else happens.
-    Marker { zxid: arbor_protocol::Zxid },
-}
-
-/// Applies `entries` in order and returns one result per [`Committed::Txn`].
+/// Applies `entries` in order and returns one result per entry.
 /// `finish` runs under the same write lock after the last entry, so what it
 /// records (the replicated log position) is never seen apart from the state
 /// it describes.
 pub fn apply_committed<'a>(
     shared: &Shared,
-    entries: impl Iterator<Item = Committed<'a>>,
+    entries: impl Iterator<Item = &'a TxnEntry>,
     finish: impl FnOnce(&mut StateMachine),
 ) -> Vec<WriteResult> {
     let now_ms = shared.clock.monotonic_ms();
@@ -39,15 +29,7 @@ pub fn apply_committed<'a>(
     let mut state = shared.state.write();
     let mut watches = shared.watches.lock();
     let mut connections = shared.connections.lock();
-    for committed in entries {
-        let entry = match committed {
-            Committed::Txn(entry) => entry,
-            Committed::Marker { zxid } => {
-                state.advance(zxid);
-                shared.publish_zxid(zxid);
-                continue;
-            }
-        };
+    for entry in entries {
         let applied = state.apply(entry);
         for change in &applied.changes {
             for (session_id, event) in watches.trigger(change, entry.zxid) {

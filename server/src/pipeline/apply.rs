@@ -108,13 +108,6 @@ impl StateMachine {
         }
     }
 
-    /// Takes `zxid` for an entry that changes nothing here (see
-    /// [`crate::pipeline::applier::Committed::Marker`]).
-    pub fn advance(&mut self, zxid: Zxid) {
-        debug_assert!(zxid > self.last_zxid, "zxids must increase");
-        self.last_zxid = self.last_zxid.max(zxid);
-    }
-
     /// Applies one entry. Entries must come in strictly increasing zxid order.
     pub fn apply(&mut self, entry: &TxnEntry) -> Applied {
         debug_assert!(entry.zxid > self.last_zxid, "zxids must increase");

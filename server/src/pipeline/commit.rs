@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error};
 
 use crate::context::Shared;
-use crate::pipeline::applier::{apply_committed, Committed};
+use crate::pipeline::applier::apply_committed;
 use crate::storage::snapshotter::Snapshotter;
 use crate::txn::{Txn, TxnEntry};
 
@@ -237,7 +237,7 @@ fn commit(
         return vec![Err(ErrorCode::Unavailable); entries.len()];
     }
     state.last_zxid += entries.len() as Zxid;
-    let results = apply_committed(shared, entries.iter().map(Committed::Txn), |_| {});
+    let results = apply_committed(shared, entries.iter(), |_| {});
     if let Some(snapshots) = state.snapshots.as_mut() {
         let ops = entries.iter().map(|entry| entry.txn.op_count()).sum();
         snapshots.applied(ops, shared);
