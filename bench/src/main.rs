@@ -21,7 +21,7 @@ mod target;
 mod workload;
 
 use target::Kind;
-use workload::{expiry, fsync, handoff, load, lock, memory, recovery, Env};
+use workload::{expiry, failover, fsync, handoff, load, lock, memory, recovery, Env};
 
 /// Time given to zookeeper-client's background tasks to send CloseSession
 /// for the sessions dropped at the end of a run, before the process exits.
@@ -69,6 +69,8 @@ enum Workload {
     Expiry(expiry::ExpiryArgs),
     /// Restart time of a server holding N znodes.
     Recovery(recovery::RecoveryArgs),
+    /// Kill -9 of an ensemble's leader to the next acknowledged write.
+    Failover(failover::FailoverArgs),
     /// Latency of a small write + fdatasync in a directory (no server).
     FsyncProbe(fsync::FsyncArgs),
 }
@@ -114,6 +116,7 @@ fn run(cli: Cli) -> Result<String> {
             Workload::Memory(args) => memory::run(&env, args).await?,
             Workload::Expiry(args) => expiry::run(&env, args).await?,
             Workload::Recovery(args) => recovery::run(&env, args).await?,
+            Workload::Failover(args) => failover::run(&env, args).await?,
             Workload::FsyncProbe(args) => fsync::run(args)?,
         };
         if env.kind == Kind::Zookeeper {

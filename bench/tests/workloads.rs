@@ -212,8 +212,11 @@ impl Drop for ShellServer {
 }
 
 fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("local addr").port()
+    let addr = arbor_tests::free_addr();
+    addr.rsplit(':')
+        .next()
+        .and_then(|port| port.parse().ok())
+        .expect("an address with a port")
 }
 
 fn wait_listening(addr: &str) {
@@ -312,4 +315,70 @@ fn fsync_probe_reports_latencies() {
     let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["ops"], 20);
     assert!(report["p50_us"].as_u64().unwrap_or(0) <= report["max_us"].as_u64().unwrap_or(0));
+}
+
+// Proves failover kills the leader each round, waits for the writers to be
+// acknowledged again, restarts the member and reports both delays.
+#[test]
+fn failover_times_leader_kills() {
+    let dir = TempDir::new();
+    let clients: Vec<String> = (0..3).map(|_| arbor_tests::free_addr()).collect();
+    let peers: Vec<String> = (0..3).map(|_| arbor_tests::free_addr()).collect();
+    let members: String = (0..3)
+        .map(|k| format!(" --member {}={}/{}", k + 1, clients[k], peers[k]))
+        .collect();
+    let mut servers = Vec::new();
+    for k in 1..=3 {
+        let pid_file = dir.path().join(format!("m{k}.pid"));
+        let start = dir.path().join(format!("start{k}.sh"));
+        let script = format!(
+            "{arbord} --listen {client} --data-dir {data} --member-id {k}{members} >/dev/null 2>&1 &\necho $! > {pid}\n",
+            arbord = arbord_path().display(),
+            client = clients[k - 1],
+            data = dir.path().join(format!("data{k}")).display(),
+            pid = pid_file.display(),
+        );
+        std::fs::write(&start, script).expect("start script");
+        servers.push(ShellServer { pid_file });
+        sh(&format!("sh {}", start.display()));
+    }
+    for addr in &clients {
+        wait_listening(addr);
+    }
+    let kill = format!(
+        "pid=$(cat {dir}/m{{member}}.pid); kill -9 $pid; while kill -0 $pid 2>/dev/null; do sleep 0.01; done",
+        dir = dir.path().display()
+    );
+    let start = format!("sh {}/start{{member}}.sh", dir.path().display());
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args([
+            "--server",
+            &clients.join(","),
+            "failover",
+            "--kills",
+            "2",
+            "--settle-ms",
+            "200",
+            "--kill-cmd",
+            &kill,
+            "--start-cmd",
+            &start,
+        ])
+        .output()
+        .expect("arbor-bench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "failover failed: {stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("stdout is one JSON line");
+    let kills = report["first_write_ms"].as_array().expect("samples");
+    assert_eq!(kills.len(), 2, "{report}");
+    for ms in kills {
+        assert!(ms.as_f64().unwrap_or(0.0) > 0.0, "{report}");
+    }
+    let (first, all) = (
+        report["first_write_p50_ms"].as_f64().unwrap_or(-1.0),
+        report["all_writers_p50_ms"].as_f64().unwrap_or(-1.0),
+    );
+    assert!(0.0 < first && first <= all, "{report}");
+    assert_eq!(stderr.matches("failover: kill ").count(), 2, "{stderr}");
+    drop(servers);
 }

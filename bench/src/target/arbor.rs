@@ -27,6 +27,26 @@ pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Client> {
         .map_err(|err| anyhow!("connecting to arbor at {addr}: {err}"))
 }
 
+/// How long asking one member for its status may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub async fn is_leader(addr: &str) -> Result<bool> {
+    let options = ConnectOptions {
+        connect_timeout: PROBE_TIMEOUT,
+        ..ConnectOptions::default()
+    };
+    let probe = async {
+        let client = connect(addr, &options).await?;
+        let status = client.cluster_status().await;
+        let _ = client.close().await;
+        let status = status?;
+        Ok::<_, anyhow::Error>(status.member_id != 0 && status.leader == Some(status.member_id))
+    };
+    tokio::time::timeout(PROBE_TIMEOUT * 2, probe)
+        .await
+        .map_err(|_| anyhow!("{addr}: no cluster status within {:?}", PROBE_TIMEOUT * 2))?
+}
+
 fn mode(mode: NodeMode) -> CreateMode {
     match mode {
         NodeMode::Persistent => CreateMode::Persistent,

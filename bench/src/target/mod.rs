@@ -142,18 +142,23 @@ impl Session {
 
     /// Opens `count` sessions, a few at a time (1000 sessions one after the
     /// other would take long; all at once would flood the accept queue).
+    /// With several servers (`a,b,c`), session `i` goes to server `i % n`
+    /// alone, so load spreads evenly and the same way for both targets
+    /// (each client's own choice is random, and differs between them).
     pub async fn connect_many(
         kind: Kind,
         addr: &str,
         options: &ConnectOptions,
         count: usize,
     ) -> Result<Vec<Session>> {
+        let servers = servers(addr);
         let mut sessions = Vec::with_capacity(count);
         while sessions.len() < count {
             let batch = (count - sessions.len()).min(CONNECTS_IN_PARALLEL);
             let mut pending = Vec::with_capacity(batch);
-            for _ in 0..batch {
-                let (addr, options) = (addr.to_owned(), options.clone());
+            for k in 0..batch {
+                let addr = servers[(sessions.len() + k) % servers.len()].clone();
+                let options = options.clone();
                 pending.push(tokio::spawn(async move {
                     Session::connect(kind, &addr, &options).await
                 }));
@@ -163,6 +168,16 @@ impl Session {
             }
         }
         Ok(sessions)
+    }
+
+    /// Whether the server at `addr` (one member) leads its ensemble: Arbor's
+    /// cluster status, ZooKeeper's `srvr` four-letter word. A standalone
+    /// server is never a leader.
+    pub async fn is_leader(kind: Kind, addr: &str) -> Result<bool> {
+        match kind {
+            Kind::Arbor => arbor::is_leader(addr).await,
+            Kind::Zookeeper => zookeeper::is_leader(addr).await,
+        }
     }
 
     pub fn kind(&self) -> Kind {
@@ -374,3 +389,18 @@ pub fn sequence(name: &str) -> u64 {
 /// The most requests one Arbor session may have in flight (the client's own
 /// limit).
 pub const MAX_IN_FLIGHT_PER_SESSION: usize = arbor_client::MAX_IN_FLIGHT_LIMIT;
+
+/// The servers of a connect string (`a,b,c`), at least one.
+pub fn servers(connect_string: &str) -> Vec<String> {
+    let servers: Vec<String> = connect_string
+        .split(',')
+        .map(str::trim)
+        .filter(|addr| !addr.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if servers.is_empty() {
+        vec![connect_string.to_owned()]
+    } else {
+        servers
+    }
+}

@@ -63,6 +63,35 @@ pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<ZkSession> 
     })
 }
 
+/// How long a `srvr` four-letter word may take to answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Most bytes of a `srvr` answer read (it is a few hundred).
+const PROBE_ANSWER_MAX: u64 = 16 * 1024;
+
+pub async fn is_leader(addr: &str) -> Result<bool> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(b"srvr").await?;
+        let mut answer = Vec::new();
+        stream
+            .take(PROBE_ANSWER_MAX)
+            .read_to_end(&mut answer)
+            .await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, probe)
+        .await
+        .map_err(|_| anyhow!("{addr}: no srvr answer within {PROBE_TIMEOUT:?}"))?
+        .map_err(|err| anyhow!("{addr}: srvr: {err}"))?;
+    let answer = String::from_utf8_lossy(&answer);
+    if !answer.contains("Mode: ") {
+        return Err(anyhow!("{addr}: not serving yet: {}", answer.trim()));
+    }
+    Ok(answer.contains("Mode: leader"))
+}
+
 pub async fn create(zk: &ZkSession, path: &str, data: &[u8], mode: NodeMode) -> Result<String> {
     let options = match mode {
         NodeMode::Persistent => &PERSISTENT,

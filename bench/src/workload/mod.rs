@@ -21,6 +21,7 @@ use crate::stats::micros;
 use crate::target::{ConnectOptions, Kind, NodeMode, Session};
 
 pub mod expiry;
+pub mod failover;
 pub mod fsync;
 pub mod handoff;
 pub mod load;
