@@ -2,34 +2,70 @@
 # Arbor against Apache ZooKeeper 3.8 on this machine, in one run, and
 # BENCHMARKS.md from it.
 #
-#   bench/compare.sh                 # ROUNDS=3, full sizes (about half an hour)
+#   bench/compare.sh                    # ROUNDS=3, full sizes, both parts (about an hour)
 #   QUICK=1 ROUNDS=1 bench/compare.sh   # small counts: checks the script in minutes
+#   PART=standalone bench/compare.sh    # one part: standalone, ensemble or all (default)
 #
-# Both servers run on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
-# directories on the same filesystem (under target/bench-compare), and are
+# Two parts, each with its own results under target/bench-compare
+# (results.jsonl, ensemble.jsonl); running one part replaces only its own, and
+# BENCHMARKS.md shows every part that has results there.
+# * standalone: one arbord against one ZooKeeper server (ZooKeeperServerMain).
+# * ensemble: three arbord members against a three-server ZooKeeper ensemble
+#   (QuorumPeerMain), all on this machine; loads spread over the members, and
+#   the time writes take to be acknowledged again after kill -9 of the leader.
+#
+# Everything runs on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
+# directories on the same filesystem (under target/bench-compare), and is
 # measured in alternation: each round runs every workload against one, then
 # the other, and the order flips every round (A B, B A, ...). Every round
 # also probes the disk's raw fsync latency, the floor under every write.
-# Each workload prints one JSON line (arbor-bench); the table in
-# BENCHMARKS.md holds the median over rounds and the ratio Arbor/ZooKeeper.
+# Each workload prints one JSON line (arbor-bench); the tables in
+# BENCHMARKS.md hold the median over rounds and the ratio Arbor/ZooKeeper.
+#
+# ZooKeeper runs as Debian's package runs it as a service: -Xmx1000m, log4j
+# at INFO into a rolling file (-Dzookeeper.root.logger=INFO,ROLLINGFILE,
+# -Dzookeeper.log.dir=<the server's directory>). Without those properties
+# Debian's log4j.properties leaves the root logger at DEBUG with no appender,
+# which slows ZooKeeper down for nothing; so before measuring, each server's
+# zookeeper.log must exist, hold INFO lines and no DEBUG line, or the run stops.
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 QUICK=${QUICK:-0}
+PART=${PART:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/BENCHMARKS.md}
 WORK=$ROOT/target/bench-compare
 ARBOR_PORT=${ARBOR_PORT:-7581}
 ZK_PORT=${ZK_PORT:-2581}
+# Ensemble member i (1-3) listens on each base port + i - 1.
+ENS_ARBOR_PORT=${ENS_ARBOR_PORT:-7681}          # clients
+ENS_ARBOR_PEER_PORT=${ENS_ARBOR_PEER_PORT:-7691}
+ENS_ZK_PORT=${ENS_ZK_PORT:-2681}                # clients
+ENS_ZK_QUORUM_PORT=${ENS_ZK_QUORUM_PORT:-2781}
+ENS_ZK_ELECTION_PORT=${ENS_ZK_ELECTION_PORT:-2881}
+MEMBERS=(1 2 3)
 RESULTS=$WORK/results.jsonl
+ENSEMBLE=$WORK/ensemble.jsonl
+
+case $PART in
+standalone | ensemble | all) ;;
+*)
+    echo "compare.sh: PART must be standalone, ensemble or all, not '$PART'" >&2
+    exit 2
+    ;;
+esac
+part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 if [ "$QUICK" = 1 ]; then
-    LOAD_COUNT=5000 GET_COUNT=20000 ONE_COUNT=2000 LOCK_COUNT=200 BIG=20000 EXPIRY_ROUNDS=1
+    LOAD_COUNT=5000 GET_COUNT=20000 ONE_COUNT=2000 LOCK_COUNT=200 BIG=20000 EXPIRY_ROUNDS=1 KILLS=3
 else
-    LOAD_COUNT=50000 GET_COUNT=300000 ONE_COUNT=10000 LOCK_COUNT=2000 BIG=1000000 EXPIRY_ROUNDS=3
+    LOAD_COUNT=50000 GET_COUNT=300000 ONE_COUNT=10000 LOCK_COUNT=2000 BIG=1000000 EXPIRY_ROUNDS=3 KILLS=10
 fi
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+since() { local ms=$(($(now_ms) - $1)); printf '%d.%02d s' $((ms / 1000)) $((ms % 1000 / 10)); }
 
 # --- Apache ZooKeeper --------------------------------------------------------
 
@@ -48,6 +84,43 @@ for jar in zookeeper-jute slf4j-api slf4j-log4j12 log4j-1.2 netty-buffer netty-c
     audience-annotations commons-io; do
     [ -f "/usr/share/java/$jar.jar" ] && ZK_CP=$ZK_CP:/usr/share/java/$jar.jar
 done
+ZK_LOG4J=/etc/zookeeper/conf/log4j.properties
+if [ ! -f "$ZK_LOG4J" ]; then
+    log "$ZK_LOG4J is missing: ZooKeeper would not log as Debian's service does"
+    exit 1
+fi
+
+# java for a ZooKeeper server whose directory is $1: Debian's heap and
+# logging (INFO into $1/zookeeper.log), its log4j.properties from $1/conf.
+zk_java() {
+    printf 'java -Xmx1000m -Dzookeeper.root.logger=INFO,ROLLINGFILE -Dzookeeper.log.dir="%s" -cp "%s"' \
+        "$1" "$1/conf:$ZK_CP"
+}
+
+# Fails the run unless the ZooKeeper server in directory $1 logs at INFO.
+check_zk_log() {
+    local file=$1/zookeeper.log
+    if [ ! -s "$file" ]; then
+        log "$file is missing or empty: ZooKeeper is not logging as Debian's service does"
+        exit 1
+    fi
+    if ! grep -q ' INFO ' "$file"; then
+        log "$file has no INFO line: ZooKeeper is not logging at INFO"
+        exit 1
+    fi
+    if grep -q ' DEBUG ' "$file"; then
+        log "$file has DEBUG lines: ZooKeeper logs at DEBUG, which slows it down"
+        grep -m 3 ' DEBUG ' "$file" >&2
+        exit 1
+    fi
+}
+
+# `srvr`'s Mode (standalone, leader, follower), or nothing while the server
+# does not serve (`ruok` answers before the data is loaded; `srvr` does not).
+zk_mode() {
+    { (exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && timeout 2 cat <&3) 2>/dev/null || true; } |
+        sed -n 's/^Mode: //p'
+}
 
 # --- build -------------------------------------------------------------------
 
@@ -55,12 +128,92 @@ log "building arbord and arbor-bench (release)"
 (cd "$ROOT" && cargo build --release --locked -p arbor-server -p arbor-bench >&2)
 ARBORD=$ROOT/target/release/arbord
 BENCH=$ROOT/target/release/arbor-bench
+COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if part ensemble && ! "$BENCH" failover --help >/dev/null 2>&1; then
+    log "this arbor-bench has no failover subcommand, which the ensemble part needs"
+    exit 1
+fi
 
-rm -rf "$WORK"
-mkdir -p "$WORK"
-: >"$RESULTS"
+# --- processes ---------------------------------------------------------------
 
-# --- servers -----------------------------------------------------------------
+# Alive, and not a zombie nobody has reaped yet (members started by
+# arbor-bench's --start-cmd are orphans; a zombie holds no port or file).
+running() {
+    local state
+    state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+    [[ -n $state && $state != *Z* ]]
+}
+
+any_running() {
+    local pid
+    for pid in "$@"; do
+        if running "$pid"; then return 0; fi
+    done
+    return 1
+}
+
+# stop_pids PIDFILE...: SIGTERM to each, up to 10 s for all to go, then
+# SIGKILL; the pid files are removed. Missing pid files are skipped.
+stop_pids() {
+    local file pids=()
+    for file in "$@"; do
+        if [ -f "$file" ]; then pids+=("$(cat "$file")"); fi
+    done
+    if [ ${#pids[@]} -gt 0 ]; then
+        kill "${pids[@]}" 2>/dev/null || true
+        for _ in $(seq 1 100); do
+            any_running "${pids[@]}" || break
+            sleep 0.1
+        done
+        kill -9 "${pids[@]}" 2>/dev/null || true
+        while any_running "${pids[@]}"; do sleep 0.01; done
+    fi
+    rm -f "$@"
+}
+
+stop() { stop_pids "$WORK/$1/pid"; }
+ens_stop() { stop_pids "$WORK/ens-$1"/m*/pid; }  # m*/pid: an unmatched glob stays as is, skipped
+stop_all() {
+    stop arbor
+    stop zookeeper
+    ens_stop arbor
+    ens_stop zookeeper
+}
+
+trap stop_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# record FILE ROUND TARGET LABEL ARGS...: one arbor-bench run with ARGS, its
+# JSON line appended to FILE (TARGET only names it in the progress).
+record() {
+    local file=$1 round=$2 target=$3 label=$4 line
+    shift 4
+    log "round $round $target $label"
+    if ! line=$("$BENCH" "$@" 2>>"$BENCH_LOG"); then
+        log "arbor-bench $* failed; the end of $BENCH_LOG:"
+        tail -5 "$BENCH_LOG" >&2
+        exit 1
+    fi
+    printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","result":%s}\n' \
+        "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$line" >>"$file"
+}
+
+# warm_up TARGET SERVERS: not recorded; the JVM's JIT (and both systems'
+# caches) sees reads, writes, creates and deletes before anything is measured.
+warm_up() {
+    local warm
+    for warm in "mixed --secs 4" "create --secs 3" "delete --count 20000"; do
+        # shellcheck disable=SC2086 # the workload and its flags, split on purpose
+        if ! "$BENCH" --target "$1" --server "$2" $warm >/dev/null 2>>"$BENCH_LOG"; then
+            log "warm-up $warm of $1 failed; the end of $BENCH_LOG:"
+            tail -5 "$BENCH_LOG" >&2
+            exit 1
+        fi
+    done
+}
+
+# --- standalone servers ------------------------------------------------------
 # Each server gets a start script (reused by the recovery workload's restart
 # command), a pid file and a log, all under $WORK/<target>.
 
@@ -83,10 +236,10 @@ admin.enableServer=false
 forceSync=yes
 maxClientCnxns=0
 EOF
-    [ -f /etc/zookeeper/conf/log4j.properties ] && cp /etc/zookeeper/conf/log4j.properties "$dir/conf/"
+    cp "$ZK_LOG4J" "$dir/conf/"
     cat >"$dir/start.sh" <<EOF
 #!/bin/sh
-exec java -Xmx1000m -cp "$dir/conf:$ZK_CP" org.apache.zookeeper.server.ZooKeeperServerMain "$dir/conf/zoo.cfg" </dev/null >>"$dir/server.log" 2>&1
+exec $(zk_java "$dir") org.apache.zookeeper.server.ZooKeeperServerMain "$dir/conf/zoo.cfg" </dev/null >>"$dir/server.log" 2>&1
 EOF
     for target in arbor zookeeper; do
         dir=$WORK/$target
@@ -97,7 +250,10 @@ EOF
 #!/bin/sh
 pid=\$(cat "$dir/pid")
 kill -9 "\$pid" 2>/dev/null
-while kill -0 "\$pid" 2>/dev/null; do sleep 0.01; done
+while state=\$(ps -o stat= -p "\$pid"); do
+    case \$state in *Z*) break ;; esac
+    sleep 0.01
+done
 nohup "$dir/start.sh" >/dev/null 2>&1 &
 echo \$! >"$dir/pid"
 EOF
@@ -111,64 +267,48 @@ ready() {
     if [ "$1" = arbor ]; then
         grep -q "arbord listening on" "$WORK/arbor/server.log" 2>/dev/null
     else
-        # `ruok` answers before the data is loaded; `srvr` says standalone after.
-        (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf srvr >&3 && timeout 2 cat <&3) 2>/dev/null |
-            grep -q "Mode: standalone"
+        [ "$(zk_mode "$ZK_PORT")" = standalone ]
     fi
 }
 
 start_fresh() {
-    local target=$1 dir=$WORK/$1
+    local target=$1 dir=$WORK/$1 started
     stop "$target"
-    rm -rf "$dir/data" "$dir/server.log"
+    rm -rf "$dir/data" "$dir/server.log" "$dir"/zookeeper.log*
     mkdir -p "$dir/data"
+    started=$(now_ms)
     nohup "$dir/start.sh" >/dev/null 2>&1 &
     echo $! >"$dir/pid"
     for _ in $(seq 1 600); do
-        ready "$target" && return 0
+        if ready "$target"; then
+            if [ "$target" = zookeeper ]; then check_zk_log "$dir"; fi
+            log "$target ready after $(since "$started")"
+            return 0
+        fi
         sleep 0.1
     done
     log "$target did not start; its log:"
     tail -20 "$dir/server.log" >&2
+    if [ -f "$dir/zookeeper.log" ]; then tail -20 "$dir/zookeeper.log" >&2; fi
     exit 1
 }
 
-stop() {
-    local pid_file=$WORK/$1/pid pid
-    [ -f "$pid_file" ] || return 0
-    pid=$(cat "$pid_file")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-    rm -f "$pid_file"
-}
-
-trap 'stop arbor; stop zookeeper' EXIT
-
-# --- workloads ---------------------------------------------------------------
-
-# run ROUND TARGET LABEL ARGS...: one arbor-bench run, its JSON line kept.
+# run ROUND TARGET LABEL ARGS...: one standalone arbor-bench run, kept.
 run() {
-    local round=$1 target=$2 label=$3 line
+    local round=$1 target=$2 label=$3
     shift 3
-    log "round $round $target $label"
     if [ "$target" = disk ]; then
-        line=$("$BENCH" "$@" 2>>"$WORK/bench.log")
+        record "$RESULTS" "$round" "$target" "$label" "$@"
     else
-        line=$("$BENCH" --target "$target" --server "127.0.0.1:$(port_of "$target")" "$@" 2>>"$WORK/bench.log")
+        record "$RESULTS" "$round" "$target" "$label" \
+            --target "$target" --server "127.0.0.1:$(port_of "$target")" "$@"
     fi
-    printf '{"round":%s,"label":"%s","result":%s}\n' "$round" "$label" "$line" >>"$RESULTS"
 }
 
 workloads() {
     local round=$1 target=$2 pid
     start_fresh "$target"
-    # Warm-up, not recorded: the JVM's JIT (and both servers' caches) sees
-    # reads, writes, creates and deletes before anything is measured.
-    for warm in "mixed --secs 4" "create --secs 3" "delete --count 20000"; do
-        # shellcheck disable=SC2086 # the workload and its flags, split on purpose
-        "$BENCH" --target "$target" --server "127.0.0.1:$(port_of "$target")" $warm >/dev/null 2>>"$WORK/bench.log"
-    done
+    warm_up "$target" "127.0.0.1:$(port_of "$target")"
     run "$round" "$target" create-64 create --concurrency 64 --conns 8 --count "$LOAD_COUNT"
     run "$round" "$target" set-64 set --concurrency 64 --conns 8 --count "$LOAD_COUNT"
     run "$round" "$target" get-64 get --concurrency 64 --conns 8 --count "$GET_COUNT"
@@ -192,25 +332,238 @@ workloads() {
     stop "$target"
 }
 
-write_scripts
-for round in $(seq 1 "$ROUNDS"); do
-    run "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
-    if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
-    for target in $order; do
-        workloads "$round" "$target"
+# --- ensembles ---------------------------------------------------------------
+# Member i of each ensemble has, under $WORK/ens-<target>/m<i>: start.sh
+# (starts it in the background, output to server.log, pid to pid, returns at
+# once), kill.sh (kill -9, returns once it is gone), its data directory and
+# logs. $WORK/ens-<target>/start-member.sh N and kill-member.sh N run member
+# N's: arbor-bench's failover calls them with the leader's number.
+
+ens_client_port() { if [ "$1" = arbor ]; then echo $((ENS_ARBOR_PORT + $2 - 1)); else echo $((ENS_ZK_PORT + $2 - 1)); fi; }
+ens_servers() {
+    local i servers=()
+    for i in "${MEMBERS[@]}"; do servers+=("127.0.0.1:$(ens_client_port "$1" "$i")"); done
+    (IFS=,; echo "${servers[*]}")
+}
+
+# The command line of member $2 of $1's ensemble (the process itself).
+ens_command() {
+    local target=$1 i=$2 m=$WORK/ens-$1/m$2 j
+    if [ "$target" = arbor ]; then
+        printf '"%s" --data-dir "%s" --listen 127.0.0.1:%s --member-id %s' \
+            "$ARBORD" "$m/data" $((ENS_ARBOR_PORT + i - 1)) "$i"
+        for j in "${MEMBERS[@]}"; do
+            printf ' --member %s=127.0.0.1:%s/127.0.0.1:%s' "$j" $((ENS_ARBOR_PORT + j - 1)) $((ENS_ARBOR_PEER_PORT + j - 1))
+        done
+        printf ' --max-connections-per-ip 4096'
+    else
+        printf '%s org.apache.zookeeper.server.quorum.QuorumPeerMain "%s"' "$(zk_java "$m")" "$m/conf/zoo.cfg"
+    fi
+}
+
+write_ensemble_scripts() {
+    local target dir m i j action
+    for i in "${MEMBERS[@]}"; do
+        m=$WORK/ens-zookeeper/m$i
+        mkdir -p "$m/conf"
+        {
+            printf 'tickTime=2000\ninitLimit=10\nsyncLimit=5\n'
+            printf 'dataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\n' "$m/data" $((ENS_ZK_PORT + i - 1))
+            for j in "${MEMBERS[@]}"; do
+                printf 'server.%s=127.0.0.1:%s:%s\n' "$j" $((ENS_ZK_QUORUM_PORT + j - 1)) $((ENS_ZK_ELECTION_PORT + j - 1))
+            done
+            printf 'admin.enableServer=false\n4lw.commands.whitelist=*\nforceSync=yes\nmaxClientCnxns=0\n'
+        } >"$m/conf/zoo.cfg"
+        cp "$ZK_LOG4J" "$m/conf/"
     done
-    run "$round" disk fsync-after fsync-probe --dir "$WORK" --count 2000
+    for target in arbor zookeeper; do
+        dir=$WORK/ens-$target
+        for i in "${MEMBERS[@]}"; do
+            m=$dir/m$i
+            mkdir -p "$m"
+            # $! is the member itself: nohup execs it.
+            cat >"$m/start.sh" <<EOF
+#!/bin/sh
+# Starts $target member $i in the background (output to server.log, pid to
+# pid) and returns at once.
+if [ -f "$m/pid" ] && state=\$(ps -o stat= -p "\$(cat "$m/pid")") && [ "\${state#*Z}" = "\$state" ]; then
+    echo "$target member $i runs already (pid \$(cat "$m/pid"))" >&2
+    exit 1
+fi
+nohup $(ens_command "$target" "$i") </dev/null >>"$m/server.log" 2>&1 &
+echo \$! >"$m/pid"
+EOF
+            cat >"$m/kill.sh" <<EOF
+#!/bin/sh
+# kill -9 of $target member $i (a crash); returns once it is gone.
+if [ ! -f "$m/pid" ]; then
+    echo "$target member $i: no pid file" >&2
+    exit 1
+fi
+pid=\$(cat "$m/pid")
+kill -9 "\$pid" 2>/dev/null
+# Gone: no such process, or a zombie (it holds no port or file any more).
+while state=\$(ps -o stat= -p "\$pid"); do
+    case \$state in *Z*) break ;; esac
+    sleep 0.01
 done
+rm -f "$m/pid"
+EOF
+            chmod +x "$m/start.sh" "$m/kill.sh"
+        done
+        for action in start kill; do
+            cat >"$dir/$action-member.sh" <<EOF
+#!/bin/sh
+# $action-member.sh N: runs $action.sh of $target member N (${MEMBERS[*]}).
+case \${1:-} in
+'' | *[!0-9]*) echo "usage: \$0 MEMBER" >&2; exit 2 ;;
+esac
+if [ ! -x "$dir/m\$1/$action.sh" ]; then
+    echo "$target has no member \$1" >&2
+    exit 2
+fi
+exec "$dir/m\$1/$action.sh"
+EOF
+            chmod +x "$dir/$action-member.sh"
+        done
+    done
+}
+
+# The number of the leader if a majority of members name the same one, and
+# every member has named one (Arbor: its log's latest "leader changed";
+# ZooKeeper: `srvr` answers on all and exactly one says leader, the others
+# follower).
+ens_leader() {
+    local target=$1 dir=$WORK/ens-$1 i m name names=() leader=""
+    for i in "${MEMBERS[@]}"; do
+        m=$dir/m$i
+        if [ "$target" = arbor ]; then
+            grep -q "arbord listening on" "$m/server.log" 2>/dev/null || return 1
+            name=$( (grep -a "leader changed" "$m/server.log" 2>/dev/null || true) | tail -1 |
+                sed -n 's/.*leader=Some(\([0-9]*\)).*/\1/p')
+            [ -n "$name" ] || return 1
+            names+=("$name")
+        else
+            case $(zk_mode "$(ens_client_port zookeeper "$i")") in
+            leader)
+                [ -z "$leader" ] || return 1
+                leader=$i
+                ;;
+            follower) ;;
+            *) return 1 ;;
+            esac
+        fi
+    done
+    if [ "$target" = arbor ]; then
+        leader=$(printf '%s\n' "${names[@]}" | sort | uniq -c |
+            awk -v need=$((${#MEMBERS[@]} / 2 + 1)) '$1 >= need {print $2}')
+    fi
+    [ -n "$leader" ] && echo "$leader"
+}
+
+ens_start_fresh() {
+    local target=$1 dir=$WORK/ens-$1 i m started leader
+    ens_stop "$target"
+    for i in "${MEMBERS[@]}"; do
+        m=$dir/m$i
+        rm -rf "$m/data" "$m/server.log" "$m"/zookeeper.log*
+        mkdir -p "$m/data"
+        if [ "$target" = zookeeper ]; then echo "$i" >"$m/data/myid"; fi
+    done
+    started=$(now_ms)
+    for i in "${MEMBERS[@]}"; do "$dir/m$i/start.sh"; done
+    for _ in $(seq 1 1200); do
+        if leader=$(ens_leader "$target"); then
+            if [ "$target" = zookeeper ]; then
+                for i in "${MEMBERS[@]}"; do check_zk_log "$dir/m$i"; done
+            fi
+            log "$target ensemble ready after $(since "$started"), member $leader leads"
+            return 0
+        fi
+        for i in "${MEMBERS[@]}"; do
+            running "$(cat "$dir/m$i/pid")" || { log "$target member $i died while starting"; break 2; }
+        done
+        sleep 0.1
+    done
+    log "$target ensemble did not form; the end of each member's log:"
+    for i in "${MEMBERS[@]}"; do
+        log "member $i:"
+        tail -10 "$dir/m$i/server.log" >&2
+        if [ -f "$dir/m$i/zookeeper.log" ]; then tail -10 "$dir/m$i/zookeeper.log" >&2; fi
+    done
+    exit 1
+}
+
+# ens_run ROUND TARGET LABEL ARGS...: one arbor-bench run against TARGET's
+# ensemble (every member in --server), kept.
+ens_run() {
+    local round=$1 target=$2 label=$3
+    shift 3
+    record "$ENSEMBLE" "$round" "$target" "$label" --target "$target" --server "$(ens_servers "$target")" "$@"
+}
+
+ensemble_workloads() {
+    local round=$1 target=$2 dir=$WORK/ens-$2
+    ens_start_fresh "$target"
+    warm_up "$target" "$(ens_servers "$target")"
+    ens_run "$round" "$target" ens-create-64 create --concurrency 64 --conns 9 --count "$LOAD_COUNT"
+    ens_run "$round" "$target" ens-set-64 set --concurrency 64 --conns 9 --count "$LOAD_COUNT"
+    ens_run "$round" "$target" ens-get-64 get --concurrency 64 --conns 9 --count "$GET_COUNT"
+    # kill -9 of the leader, KILLS times; {member} is its number in --server.
+    ens_run "$round" "$target" ens-failover failover --kills "$KILLS" \
+        --kill-cmd "'$dir/kill-member.sh' {member}" --start-cmd "'$dir/start-member.sh' {member}"
+    ens_stop "$target"
+}
+
+# --- the runs ----------------------------------------------------------------
+
+mkdir -p "$WORK"
+if part standalone; then
+    stop arbor
+    stop zookeeper
+    rm -rf "$WORK/arbor" "$WORK/zookeeper" "$WORK/bench.log"
+    : >"$RESULTS"
+    BENCH_LOG=$WORK/bench.log
+    write_scripts
+    for round in $(seq 1 "$ROUNDS"); do
+        run "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
+        if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
+        for target in $order; do
+            workloads "$round" "$target"
+        done
+        run "$round" disk fsync-after fsync-probe --dir "$WORK" --count 2000
+    done
+fi
+
+if part ensemble; then
+    ens_stop arbor
+    ens_stop zookeeper
+    rm -rf "$WORK/ens-arbor" "$WORK/ens-zookeeper" "$WORK/ensemble-bench.log"
+    : >"$ENSEMBLE"
+    BENCH_LOG=$WORK/ensemble-bench.log
+    write_ensemble_scripts
+    for round in $(seq 1 "$ROUNDS"); do
+        record "$ENSEMBLE" "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
+        if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
+        for target in $order; do
+            ensemble_workloads "$round" "$target"
+        done
+        record "$ENSEMBLE" "$round" disk fsync-after fsync-probe --dir "$WORK" --count 2000
+    done
+fi
 
 # --- report ------------------------------------------------------------------
 
 ARBOR_VERSION=$("$ARBORD" --version | awk '{print $2}')
-COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 MEM_GIB=$(free -g | awk '/^Mem:/ {print $2}')
 FS_TYPE=$(df -T "$WORK" | awk 'NR == 2 {print $2}')
 RUSTC=$(rustc --version)
 JAVA=$(java -version 2>&1 | head -1)
-export RESULTS OUT ROUNDS QUICK ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
+ENS_ARBOR_SERVERS=$(ens_servers arbor)
+ENS_ZK_SERVERS=$(ens_servers zookeeper)
+export RESULTS ENSEMBLE OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
+export ARBOR_PORT ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
+export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
 python3 "$ROOT/bench/report.py"
 log "wrote $OUT"

@@ -1,37 +1,74 @@
 #!/usr/bin/env python3
 """BENCHMARKS.md from the JSON lines bench/compare.sh collected.
 
-Each line is {"round", "label", "result"} where result is one arbor-bench
-line. The table holds, per workload and target, the median over rounds, and
-the ratio Arbor/ZooKeeper of those medians, against the targets of issue 6.
+Two parts, each in its own file, rendered when the file has results:
+$RESULTS (standalone servers) and $ENSEMBLE (three-member ensembles). Each
+line is {"round", "label", "quick", "commit", "result"} where result is one
+arbor-bench line. The tables hold, per workload and target, the median over
+rounds, and the ratio Arbor/ZooKeeper of those medians, against the targets
+of issue 6.
 """
 
+import datetime
 import json
 import os
 import platform
 import statistics
+import sys
 from collections import defaultdict
 
-RESULTS = os.environ["RESULTS"]
+env = os.environ.get
 OUT = os.environ["OUT"]
-
-runs = defaultdict(list)  # (label, target) -> [result]
-with open(RESULTS) as lines:
-    for line in lines:
-        entry = json.loads(line)
-        result = entry["result"]
-        target = result.get("target", "disk")
-        key = (entry["label"], target)
-        runs[key].append((entry["round"], result))
+PART = env("PART", "all")
 
 
-def values(label, target, field):
-    return [r[field] for _, r in runs.get((label, target), []) if r.get(field) is not None]
+class Part:
+    """The runs of one part: (label, target) -> [(round, result)]."""
+
+    def __init__(self, name, path):
+        self.name = name
+        self.runs = defaultdict(list)
+        self.quick = False
+        self.commits = []
+        self.rounds = 0
+        with open(path) as lines:
+            for line in lines:
+                entry = json.loads(line)
+                result = entry["result"]
+                target = result.get("target", "disk")
+                self.runs[(entry["label"], target)].append((entry["round"], result))
+                # Lines written before "quick" existed: as this run says.
+                self.quick |= bool(entry.get("quick", env("QUICK") == "1"))
+                commit = entry.get("commit")
+                if commit and commit not in self.commits:
+                    self.commits.append(commit)
+                self.rounds = max(self.rounds, entry["round"])
+        self.measured = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+        # Measured by this run of compare.sh, or kept from an earlier one.
+        self.now = PART in ("all", name)
+
+    def values(self, label, target, field):
+        return [r[field] for _, r in self.runs.get((label, target), []) if r.get(field) is not None]
+
+    def median(self, label, target, field):
+        found = self.values(label, target, field)
+        return statistics.median(found) if found else None
+
+    def fsync_rounds(self):
+        return sorted(self.values("fsync", "disk", "p50_us") + self.values("fsync-after", "disk", "p50_us"))
 
 
-def median(label, target, field):
-    found = values(label, target, field)
-    return statistics.median(found) if found else None
+def load(name, path):
+    if not path or not os.path.exists(path) or os.path.getsize(path) == 0:
+        return None
+    return Part(name, path)
+
+
+standalone = load("standalone", env("RESULTS"))
+ensemble = load("ensemble", env("ENSEMBLE"))
+parts = [p for p in (standalone, ensemble) if p is not None]
+if not parts:
+    sys.exit("report.py: no results in $RESULTS or $ENSEMBLE")
 
 
 def fmt(value, unit=""):
@@ -87,116 +124,232 @@ INFO = [
     ("expiry of a 4 s session: observed max", "expiry", "observed_max_ms", "ms"),
 ]
 
+ENS_TARGETS = [
+    ("create, 64 in flight, 9 conns: throughput", "ens-create-64", "ops_per_s", "ops/s", "min", 2.0),
+    ("set, 64 in flight, 9 conns: throughput", "ens-set-64", "ops_per_s", "ops/s", "min", 2.0),
+    ("get, 64 in flight, 9 conns: throughput", "ens-get-64", "ops_per_s", "ops/s", "min", 3.0),
+    ("leader kill → first acknowledged write: p50", "ens-failover", "first_write_p50_ms", "ms", "max", 0.5),
+]
 
-fsync_p50 = median("fsync", "disk", "p50_us")
-fsync_p99 = median("fsync", "disk", "p99_us")
-fsync_rounds = sorted(values("fsync", "disk", "p50_us") + values("fsync-after", "disk", "p50_us"))
+ENS_INFO = [
+    ("create, 64 in flight: p99", "ens-create-64", "p99_us", "us"),
+    ("set, 64 in flight: p99", "ens-set-64", "p99_us", "us"),
+    ("get, 64 in flight: p99", "ens-get-64", "p99_us", "us"),
+    ("leader kill → first acknowledged write: p99", "ens-failover", "first_write_p99_ms", "ms"),
+    ("leader kill → every writer acknowledged again: p50", "ens-failover", "all_writers_p50_ms", "ms"),
+    ("leader kill → every writer acknowledged again: p99", "ens-failover", "all_writers_p99_ms", "ms"),
+]
+
+# Fields of a result shown as flags in "How it was run".
+FLAGS = ("concurrency", "conns", "count", "size", "waiters", "herd", "session_timeout_ms", "rounds", "kills", "writers")
+
+
+def targets_table(part, rows):
+    w("| workload | Arbor | ZooKeeper | Arbor/ZooKeeper | target | met |")
+    w("| --- | ---: | ---: | ---: | --- | :---: |")
+    for row, label, field, unit, goal, bound in rows:
+        a = part.median(label, "arbor", field)
+        z = part.median(label, "zookeeper", field)
+        r = ratio(a, z)
+        if r is None:
+            met = "?"
+        elif goal == "min":
+            met = "✅" if r >= bound else "❌"
+        else:
+            met = "✅" if r <= bound else "❌"
+        sign = "≥" if goal == "min" else "≤"
+        bound_text = {1 / 3: "⅓", 0.5: "½"}.get(bound, f"{bound:g}×")
+        w(f"| {row} | {fmt(a, unit)} | {fmt(z, unit)} | {fmt(r)} | {sign} {bound_text} | {met} |")
+
+
+def info_table(part, rows):
+    w("| workload | Arbor | ZooKeeper | Arbor/ZooKeeper |")
+    w("| --- | ---: | ---: | ---: |")
+    for row, label, field, unit in rows:
+        a = part.median(label, "arbor", field)
+        z = part.median(label, "zookeeper", field)
+        w(f"| {row} | {fmt(a, unit)} | {fmt(z, unit)} | {fmt(ratio(a, z))} |")
+
+
+def every_run_table(part, rows):
+    w("| workload | field | Arbor, per round | ZooKeeper, per round |")
+    w("| --- | --- | --- | --- |")
+    for label, field, unit in rows:
+        a = ", ".join(fmt(v, unit) for v in part.values(label, "arbor", field))
+        z = ", ".join(fmt(v, unit) for v in part.values(label, "zookeeper", field))
+        w(f"| {label} | {field} | {a} | {z} |")
+    w(f"| raw fsync (4 KiB + fdatasync) | p50 before/after each round | "
+      f"{', '.join(fmt(v, 'us') for v in part.fsync_rounds())} | |")
+
+
+def commands(part, server):
+    """One arbor-bench command line per workload, from Arbor's first run."""
+    seen = set()
+    for (label, target), found in part.runs.items():
+        if target not in ("arbor", "disk") or label in seen or not found:
+            continue
+        seen.add(label)
+        result = found[0][1]
+        params = {k: v for k, v in result.items() if k in FLAGS}
+        which = "" if target == "disk" else f"--target arbor|zookeeper {server}"
+        line = (f"arbor-bench {which}{result['workload']} " +
+                " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items()
+                         if v not in (None, False)).replace(" True", ""))
+        if result["workload"] == "failover":
+            line += (" --kill-cmd 'ens-TARGET/kill-member.sh {member}'"
+                     " --start-cmd 'ens-TARGET/start-member.sh {member}'")
+        w(line)
+
 
 out = []
 w = out.append
 w("# Benchmarks: Arbor against Apache ZooKeeper")
 w("")
-w("Generated by `bench/compare.sh` (do not edit by hand). Both servers ran on this")
-w("machine at the same time slot, on 127.0.0.1, with fsync on and fresh data directories")
-w("on the same filesystem; each round ran every workload against one server, then the")
-w("other, alternating which went first. Figures are medians over rounds; the ratio is")
-w("Arbor's median over ZooKeeper's. Client and servers share the machine's cores.")
-if os.environ.get("QUICK") == "1":
+w("Generated by `bench/compare.sh` (do not edit by hand). Arbor and ZooKeeper ran on this")
+w("machine in the same time slot, on 127.0.0.1, with fsync on and fresh data directories")
+w("on the same filesystem; each round ran every workload against one, then the other,")
+w("alternating which went first. Figures are medians over rounds; the ratio is Arbor's")
+w("median over ZooKeeper's. Clients and servers share the machine's cores.")
+if standalone and ensemble:
+    w("The standalone sections compare one `arbord` with one ZooKeeper server; the ensemble")
+    w("section three `arbord` members with a three-server ZooKeeper ensemble.")
+elif ensemble:
+    w("This report holds only the ensemble part: three `arbord` members against a")
+    w("three-server ZooKeeper ensemble.")
+quick = [p.name for p in parts if p.quick]
+if quick:
     w("")
-    w("**QUICK run: small counts, for checking the script; not the figures to quote.**")
-w("")
-w("## Targets")
-w("")
-w("| workload | Arbor | ZooKeeper | Arbor/ZooKeeper | target | met |")
-w("| --- | ---: | ---: | ---: | --- | :---: |")
-for row, label, field, unit, goal, bound in TARGETS:
-    a = median(label, "arbor", field)
-    z = median(label, "zookeeper", field)
-    r = ratio(a, z)
-    if r is None:
-        met = "?"
-    elif goal == "min":
-        met = "✅" if r >= bound else "❌"
-    else:
-        met = "✅" if r <= bound else "❌"
-    sign = "≥" if goal == "min" else "≤"
-    bound_text = {1 / 3: "⅓", 0.5: "½"}.get(bound, f"{bound:g}×")
-    w(f"| {row} | {fmt(a, unit)} | {fmt(z, unit)} | {fmt(r)} | {sign} {bound_text} | {met} |")
+    w(f"**QUICK run ({', '.join(quick)}): small counts, for checking the script; not the figures to quote.**")
 
-a = median("create-1", "arbor", "p50_us")
-floor = ratio(a, fsync_p50)
-met = "?" if floor is None else ("✅" if floor <= 1.2 else "❌")
-w(f"| create, 1 in flight: p50 against the disk's raw fsync p50 ({fmt(fsync_p50, 'us')}) "
-  f"| {fmt(a, 'us')} | {fmt(median('create-1', 'zookeeper', 'p50_us'), 'us')} "
-  f"| {fmt(floor)} of fsync | ≤ 1.2× fsync | {met} |")
-for label in ("handoff-100", "handoff-1000"):
-    for target in ("arbor", "zookeeper"):
-        n = values(label, target, "notifications_per_release")
-        if n:
-            w(f"| {label}: notifications per release, {target} | | | {', '.join(f'{x:g}' for x in n)} | exactly 1 | "
-              f"{'✅' if all(x == 1.0 for x in n) else '❌'} |")
+if standalone:
+    s = standalone
+    fsync_p50 = s.median("fsync", "disk", "p50_us")
+    w("")
+    w("## Targets")
+    w("")
+    targets_table(s, TARGETS)
+    a = s.median("create-1", "arbor", "p50_us")
+    floor = ratio(a, fsync_p50)
+    met = "?" if floor is None else ("✅" if floor <= 1.2 else "❌")
+    w(f"| create, 1 in flight: p50 against the disk's raw fsync p50 ({fmt(fsync_p50, 'us')}) "
+      f"| {fmt(a, 'us')} | {fmt(s.median('create-1', 'zookeeper', 'p50_us'), 'us')} "
+      f"| {fmt(floor)} of fsync | ≤ 1.2× fsync | {met} |")
+    for label in ("handoff-100", "handoff-1000"):
+        for target in ("arbor", "zookeeper"):
+            n = s.values(label, target, "notifications_per_release")
+            if n:
+                w(f"| {label}: notifications per release, {target} | | | {', '.join(f'{x:g}' for x in n)} | exactly 1 | "
+                  f"{'✅' if all(x == 1.0 for x in n) else '❌'} |")
 
-w("")
-w("## Other figures")
-w("")
-w("| workload | Arbor | ZooKeeper | Arbor/ZooKeeper |")
-w("| --- | ---: | ---: | ---: |")
-for row, label, field, unit in INFO:
-    a = median(label, "arbor", field)
-    z = median(label, "zookeeper", field)
-    w(f"| {row} | {fmt(a, unit)} | {fmt(z, unit)} | {fmt(ratio(a, z))} |")
+    w("")
+    w("## Other figures")
+    w("")
+    info_table(s, INFO)
 
-w("")
-w("## Every run")
-w("")
-w("| workload | field | Arbor, per round | ZooKeeper, per round |")
-w("| --- | --- | --- | --- |")
-for row, label, field, unit, _goal, _bound in TARGETS:
-    a = ", ".join(fmt(v, unit) for v in values(label, "arbor", field))
-    z = ", ".join(fmt(v, unit) for v in values(label, "zookeeper", field))
-    w(f"| {label} | {field} | {a} | {z} |")
-w(f"| raw fsync (4 KiB + fdatasync) | p50 before/after each round | "
-  f"{', '.join(fmt(v, 'us') for v in fsync_rounds)} | |")
+    w("")
+    w("## Every run")
+    w("")
+    every_run_table(s, [(label, field, unit) for _row, label, field, unit, _goal, _bound in TARGETS])
+
+if ensemble:
+    e = ensemble
+    w("")
+    w("## Ensemble: 3 members")
+    w("")
+    w("Three `arbord` members against three ZooKeeper servers (`QuorumPeerMain`), all on")
+    w("this machine. Each client connection is pinned to one member (connection i to member")
+    w("i mod 3), so reads are served by all three and writes go through the leader, which")
+    w("acknowledges them once a majority has them on disk. Leader kill: writers overwrite")
+    w("their own node in a loop, one write in flight each; the leader is killed with")
+    w("`kill -9` several times a round (started again after each recovery); the first")
+    w("acknowledged write is the time from the kill to the first write acknowledged after")
+    w("it, \"every writer\" until each writer has had one (clients of the dead member have")
+    w("moved). Percentiles of a round are over its kills; the tables hold their median over")
+    w("rounds.")
+    w("")
+    w("### Targets")
+    w("")
+    targets_table(e, ENS_TARGETS)
+    w("")
+    w("### Other figures")
+    w("")
+    info_table(e, ENS_INFO)
+    w("")
+    w("### Every run")
+    w("")
+    every_run_table(e, [(label, field, unit) for _row, label, field, unit, _goal, _bound in ENS_TARGETS] +
+                    [(label, field, unit) for _row, label, field, unit in ENS_INFO if label == "ens-failover"])
+
+fsync_all = [v for p in parts for v in p.values("fsync", "disk", "p50_us")]
+fsync_all_p99 = [v for p in parts for v in p.values("fsync", "disk", "p99_us")]
+fsync_p50 = statistics.median(fsync_all) if fsync_all else None
+fsync_p99 = statistics.median(fsync_all_p99) if fsync_all_p99 else None
 
 w("")
 w("## Machine and versions")
 w("")
-env = os.environ.get
 w(f"* CPU: {env('CPU_MODEL', '?')}, {os.cpu_count()} cores; memory {env('MEM_GIB', '?')} GiB")
 w(f"* Kernel: {platform.release()}; filesystem of the data directories: {env('FS_TYPE', '?')}")
 w(f"* Disk: raw 4 KiB write + fdatasync p50 {fmt(fsync_p50, 'us')}, p99 {fmt(fsync_p99, 'us')} "
   "(median of the probes taken at the start of each round)")
 w(f"* Arbor {env('ARBOR_VERSION', '?')} (commit {env('COMMIT', '?')}), {env('RUSTC', '?')}, release build")
-w(f"* Apache ZooKeeper {env('ZK_VERSION', '?')} (Debian package), {env('JAVA', '?')}, `-Xmx1000m`")
-w(f"* Rounds: {os.environ.get('ROUNDS')}")
+w(f"* Apache ZooKeeper {env('ZK_VERSION', '?')} (Debian package), {env('JAVA', '?')}, `-Xmx1000m`, "
+  "logging at INFO to a rolling file as Debian's service does")
+for p in parts:
+    when = p.measured.strftime("%Y-%m-%d %H:%M UTC")
+    source = "this run" if p.now else "kept from an earlier run of `bench/compare.sh`"
+    w(f"* {p.name.capitalize()} part: {p.rounds} round{'s' if p.rounds != 1 else ''}, "
+      f"measured {when} at commit {', '.join(p.commits) or '?'} ({source})")
 w("")
 w("## How it was run")
 w("")
 w("```text")
-w("bench/compare.sh            # ROUNDS=3; QUICK=1 for small counts")
-w("arbord --data-dir DIR --listen 127.0.0.1:7581 --max-connections-per-ip 4096   # fsync always, tick 2000")
-w("java -Xmx1000m ... ZooKeeperServerMain zoo.cfg   # tickTime=2000 forceSync=yes maxClientCnxns=0")
-seen = set()
-for (label, target), found in runs.items():
-    if target == "arbor" or target == "disk":
-        for _, result in found[:1]:
-            if label in seen:
-                continue
-            seen.add(label)
-            params = {k: v for k, v in result.items() if k in (
-                "concurrency", "conns", "count", "size", "waiters", "herd", "session_timeout_ms", "rounds")}
-            which = "" if target == "disk" else "--target arbor|zookeeper "
-            w(f"arbor-bench {which}{result['workload']} " +
-              " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items()
-                       if v not in (None, False)).replace(" True", ""))
+w("bench/compare.sh            # ROUNDS=3; QUICK=1 for small counts; PART=standalone|ensemble|all")
+zk_java = "java -Xmx1000m -Dzookeeper.root.logger=INFO,ROLLINGFILE -Dzookeeper.log.dir=DIR"
+if standalone:
+    w(f"arbord --data-dir DIR --listen 127.0.0.1:{env('ARBOR_PORT', '7581')} "
+      "--max-connections-per-ip 4096   # fsync always, tick 2000")
+    w(f"{zk_java} ... ZooKeeperServerMain zoo.cfg   # tickTime=2000 forceSync=yes maxClientCnxns=0")
+    commands(standalone, "")
+if ensemble:
+    if standalone:
+        w("")
+    members = " ".join(
+        f"--member {i}=127.0.0.1:{int(env('ENS_ARBOR_PORT', '7681')) + i - 1}"
+        f"/127.0.0.1:{int(env('ENS_ARBOR_PEER_PORT', '7691')) + i - 1}" for i in (1, 2, 3))
+    w(f"arbord --data-dir DIR_i --listen 127.0.0.1:CLIENT_i --member-id i {members} "
+      "--max-connections-per-ip 4096   # i = 1..3; fsync always, tick 2000")
+    quorum, election = int(env("ENS_ZK_QUORUM_PORT", "2781")), int(env("ENS_ZK_ELECTION_PORT", "2881"))
+    w(f"{zk_java}_i ... QuorumPeerMain zoo.cfg   # i = 1..3; tickTime=2000 initLimit=10 syncLimit=5 "
+      f"server.i=127.0.0.1:{quorum}+i-1:{election}+i-1 forceSync=yes maxClientCnxns=0")
+    commands(ensemble, "--server A,B,C ")
+    w(f"# --server: Arbor {env('ENS_ARBOR_SERVERS', '?')}, ZooKeeper {env('ENS_ZK_SERVERS', '?')}")
 w("```")
 w("")
-w("Each data directory is fresh for the load workloads, again for `memory` (RSS of the")
-w("server process before and after creating the znodes, 32 B each, in multis of 1000)")
-w("and again for `recovery` (fill, `kill -9`, start, time until a new session reads the")
-w("last znode). A warm-up (not recorded: 4 s of `mixed`, 3 s of `create`, 20 000")
-w("`delete`s) runs on every fresh start, for the JVM's JIT. The lock on ZooKeeper is Curator's InterProcessMutex algorithm written over")
-w("the `zookeeper-client` crate; on Arbor it is `arbor_client::recipes::Mutex`.")
+w("ZooKeeper runs as Debian's package runs it as a service: `-Xmx1000m`, Debian's")
+w("`log4j.properties` with `zookeeper.root.logger=INFO,ROLLINGFILE` (INFO into")
+w("`zookeeper.log` in the server's directory); before measuring, the script checks that")
+w("each server's `zookeeper.log` has INFO lines and no DEBUG line (left unset, that")
+w("property leaves log4j's root logger at DEBUG with no appender, which slows ZooKeeper")
+w("down for nothing).")
+if standalone:
+    w("")
+    w("Standalone: each data directory is fresh for the load workloads, again for `memory`")
+    w("(RSS of the server process before and after creating the znodes, 32 B each, in")
+    w("multis of 1000) and again for `recovery` (fill, `kill -9`, start, time until a new")
+    w("session reads the last znode). The lock on ZooKeeper is Curator's InterProcessMutex")
+    w("algorithm written over the `zookeeper-client` crate; on Arbor it is")
+    w("`arbor_client::recipes::Mutex`.")
+if ensemble:
+    w("")
+    w("Ensemble: every member's data directory is fresh for each target in each round; the")
+    w("ensemble counts as up once every member serves and a majority agree on one leader")
+    w("(ZooKeeper: `srvr` says `leader` on one server and `follower` on the others). The")
+    w("failover's kill command is `kill -9` of the leader's process, returning once it is")
+    w("gone; its start command starts that member again in the background.")
+w("")
+w("A warm-up (not recorded: 4 s of `mixed`, 3 s of `create`, 20 000 `delete`s) runs")
+w("before the first measured workload of each target in each round, for the JVM's JIT.")
 
 with open(OUT, "w") as f:
     f.write("\n".join(out) + "\n")
