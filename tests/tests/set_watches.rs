@@ -2,9 +2,40 @@
 //! connection and fires at once those whose node changed meanwhile.
 
 use arbor_protocol::{
-    CreateMode, EventType, Op, OpResult, ServerMessage, SessionCredentials, SetWatches,
+    ConnectResponse, CreateMode, EventType, Op, OpResult, ServerMessage, SessionCredentials,
+    SetWatches,
 };
 use arbor_tests::{RawConnection, TestServer};
+
+/// Resumes the session `granted` on a new connection, sends `watches`
+/// (relative to `seen`), and returns the connection and the events that
+/// arrived before the reply, sorted by path.
+async fn resume_with(
+    server: &TestServer,
+    granted: &ConnectResponse,
+    seen: u64,
+    watches: SetWatches,
+) -> (RawConnection, Vec<(EventType, String)>) {
+    let mut client = RawConnection::open(server.addr()).await;
+    let credentials = SessionCredentials {
+        id: granted.session_id,
+        password: granted.password,
+    };
+    client
+        .handshake(4000, Some(credentials), seen)
+        .await
+        .expect("resumes");
+    assert_eq!(watches.relative_zxid, seen);
+    let (result, _) = client.request(Op::SetWatches(watches)).await;
+    assert_eq!(result, Ok(OpResult::WatchesChanged));
+    let mut fired: Vec<(EventType, String)> = client
+        .events
+        .drain(..)
+        .map(|e| (e.event_type, e.path))
+        .collect();
+    fired.sort_by(|a, b| a.1.cmp(&b.1));
+    (client, fired)
+}
 
 #[tokio::test]
 async fn changes_made_while_disconnected_fire_on_reconnect_and_the_rest_stay_armed() {
@@ -49,15 +80,6 @@ async fn changes_made_while_disconnected_fire_on_reconnect_and_the_rest_stay_arm
     };
     assert!(writer.request(born).await.0.is_ok());
 
-    let mut client = RawConnection::open(server.addr()).await;
-    let credentials = SessionCredentials {
-        id: granted.session_id,
-        password: granted.password,
-    };
-    client
-        .handshake(4000, Some(credentials), seen)
-        .await
-        .expect("resumes");
     let watches = SetWatches {
         relative_zxid: seen,
         data: vec!["/changed".into(), "/same".into(), "/gone".into()],
@@ -66,14 +88,7 @@ async fn changes_made_while_disconnected_fire_on_reconnect_and_the_rest_stay_arm
         persistent: vec![],
         persistent_recursive: vec![],
     };
-    let (result, _) = client.request(Op::SetWatches(watches)).await;
-    assert_eq!(result, Ok(OpResult::WatchesChanged));
-    let mut fired: Vec<(EventType, String)> = client
-        .events
-        .drain(..)
-        .map(|e| (e.event_type, e.path))
-        .collect();
-    fired.sort_by(|a, b| a.1.cmp(&b.1));
+    let (mut client, fired) = resume_with(&server, &granted, seen, watches).await;
     assert_eq!(
         fired,
         vec![
@@ -139,15 +154,6 @@ async fn a_change_replayed_to_several_watch_kinds_is_one_event() {
     };
     assert!(writer.request(set).await.0.is_ok());
 
-    let mut client = RawConnection::open(server.addr()).await;
-    let credentials = SessionCredentials {
-        id: granted.session_id,
-        password: granted.password,
-    };
-    client
-        .handshake(4000, Some(credentials), seen)
-        .await
-        .expect("resumes");
     let watches = SetWatches {
         relative_zxid: seen,
         data: vec!["/changed".into(), "/gone".into()],
@@ -156,14 +162,7 @@ async fn a_change_replayed_to_several_watch_kinds_is_one_event() {
         persistent: vec!["/changed".into(), "/gone".into()],
         persistent_recursive: vec![],
     };
-    let (result, _) = client.request(Op::SetWatches(watches)).await;
-    assert_eq!(result, Ok(OpResult::WatchesChanged));
-    let mut fired: Vec<(EventType, String)> = client
-        .events
-        .drain(..)
-        .map(|e| (e.event_type, e.path))
-        .collect();
-    fired.sort_by(|a, b| a.1.cmp(&b.1));
+    let (_client, fired) = resume_with(&server, &granted, seen, watches).await;
     assert_eq!(
         fired,
         vec![
