@@ -138,10 +138,12 @@ fi
 
 # Alive, and not a zombie nobody has reaped yet (members started by
 # arbor-bench's --start-cmd are orphans; a zombie holds no port or file).
+# A zombie leader whose other threads still exit ("Zl") still holds them:
+# the data directory's lock stays taken until the last thread is gone.
 running() {
     local state
     state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-    [[ -n $state && $state != *Z* ]]
+    [[ -n $state && ($state != *Z* || $state == *l*) ]]
 }
 
 any_running() {
@@ -251,7 +253,7 @@ EOF
 pid=\$(cat "$dir/pid")
 kill -9 "\$pid" 2>/dev/null
 while state=\$(ps -o stat= -p "\$pid"); do
-    case \$state in *Z*) break ;; esac
+    case \$state in *l*) ;; *Z*) break ;; esac
     sleep 0.01
 done
 nohup "$dir/start.sh" >/dev/null 2>&1 &
@@ -404,7 +406,7 @@ pid=\$(cat "$m/pid")
 kill -9 "\$pid" 2>/dev/null
 # Gone: no such process, or a zombie (it holds no port or file any more).
 while state=\$(ps -o stat= -p "\$pid"); do
-    case \$state in *Z*) break ;; esac
+    case \$state in *l*) ;; *Z*) break ;; esac
     sleep 0.01
 done
 rm -f "$m/pid"
