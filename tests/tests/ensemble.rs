@@ -494,3 +494,52 @@ async fn each_one_shot_watch_fires_exactly_once_across_a_failover() {
     // /w/b's children and /w/b/kid's creation are two events; the rest one each.
     assert_eq!(watcher.watch_events_received(), 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_members_write_on_with_two_down_and_the_two_catch_up() {
+    // Five members: the leader and one follower are killed, and the three
+    // left (a majority) go on taking writes; both come back and have every
+    // acknowledged write, with the same zxids.
+    let mut ensemble = TestEnsemble::start(5);
+    let client = Client::connect(&ensemble.addrs(), options())
+        .await
+        .expect("connects");
+    let mut acknowledged = Vec::new();
+    for i in 0..20 {
+        let path = format!("/five-before-{i}");
+        if let Some(czxid) = create(&client, &path).await {
+            acknowledged.push((path, czxid));
+        }
+    }
+    let leader = ensemble.wait_for_leader(None);
+    let follower = (1..=5).find(|id| *id != leader).expect("a follower");
+    ensemble.member(leader).kill();
+    ensemble.member(follower).kill();
+    // Three of five take writes: 20 more acknowledged (a write lost with
+    // its connection while the client moves is just tried under a new name).
+    let before = acknowledged.len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut i = 0;
+    while acknowledged.len() < before + 20 {
+        assert!(Instant::now() < deadline, "the three left took no writes");
+        let path = format!("/five-after-{i}");
+        i += 1;
+        match create(&client, &path).await {
+            Some(czxid) => acknowledged.push((path, czxid)),
+            None => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    ensemble.member(leader).restart();
+    ensemble.member(follower).restart();
+    for id in [leader, follower] {
+        let reader = Client::connect(ensemble.member(id).addr(), options())
+            .await
+            .expect("connects");
+        reader.sync("/").await.expect("syncs");
+        for (path, czxid) in &acknowledged {
+            let (_, stat) = reader.get_data(path).await.expect("caught up");
+            assert_eq!(stat.czxid, *czxid, "{path} on member {id}");
+        }
+        let _ = reader.close().await;
+    }
+}
