@@ -210,6 +210,12 @@ pub async fn start(
     ));
     tasks.spawn(send_touches(member.clone(), shared.clone(), stop.clone()));
     tasks.spawn(run_replicator(proposals, forwarded, member));
+    tasks.spawn(snapshot_by_writes(
+        raft.clone(),
+        shared.clone(),
+        shared.config.snap_count,
+        stop.clone(),
+    ));
     tasks.close();
     info!(
         member = id,
@@ -222,6 +228,36 @@ pub async fn start(
         tasks,
         stop,
     })
+}
+
+/// How often [`snapshot_by_writes`] looks at the zxid.
+const SNAPSHOT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// openraft spaces snapshots by log entries, and an entry holds a batch of
+/// writes: under load one entry may carry hundreds. `--snap-count` counts
+/// writes (as a standalone server does), so a snapshot is also asked for
+/// once that many writes were applied since the last one asked for here.
+async fn snapshot_by_writes(
+    raft: Raft<TypeConfig>,
+    shared: Arc<Shared>,
+    snap_count: u64,
+    stop: CancellationToken,
+) {
+    let mut asked_at = shared.last_zxid();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SNAPSHOT_CHECK_INTERVAL) => {}
+            () = stop.cancelled() => return,
+        }
+        let now = shared.last_zxid();
+        if now.saturating_sub(asked_at) >= snap_count {
+            // openraft ignores it while a snapshot is being built.
+            if raft.trigger().snapshot().await.is_err() {
+                return;
+            }
+            asked_at = now;
+        }
+    }
 }
 
 impl RunningMember {
