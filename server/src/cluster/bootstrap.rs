@@ -34,6 +34,11 @@ use crate::storage::snapshot::SnapshotError;
 const HEARTBEAT_MS: u64 = 50;
 const ELECTION_TIMEOUT_MIN_MS: u64 = 150;
 const ELECTION_TIMEOUT_MAX_MS: u64 = 300;
+/// How long sending a snapshot chunk, and installing the last one, may
+/// take. Installing loads the whole tree to verify it (about 2 s for a
+/// million nodes in a release build); openraft's 200 ms default made a
+/// member behind a large tree retry the install for ever.
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 60_000;
 /// Entries kept in the log behind a snapshot, so a follower slightly behind
 /// catches up from the log rather than by a whole snapshot.
 const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 1000;
@@ -141,6 +146,7 @@ fn raft_config(config: &Config) -> Result<openraft::Config, MemberError> {
         max_payload_entries: RAFT_PAYLOAD_ENTRIES_MAX,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snap_count),
         max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT,
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
         ..Default::default()
     }
     .validate()
