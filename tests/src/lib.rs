@@ -35,6 +35,8 @@ pub struct TestServer {
     child: Child,
     /// The leader this server last said it follows (ensemble members).
     leader_seen: std::sync::Arc<AtomicU64>,
+    /// Snapshots this process logged as installed from its leader.
+    snapshots_installed: std::sync::Arc<AtomicU64>,
     _stdin: Option<ChildStdin>,
     addr: String,
     data_dir: PathBuf,
@@ -217,16 +219,21 @@ impl TestServer {
         };
         let addr = addr.to_owned();
         let leader_seen = std::sync::Arc::new(AtomicU64::new(NO_LEADER_SEEN));
+        let snapshots_installed = std::sync::Arc::new(AtomicU64::new(0));
         if !log_to_terminal {
             // Keep draining stderr so the server never blocks on a full pipe,
             // noting who it says leads.
             if let Some(stderr) = child.stderr.take() {
                 let leader_seen = leader_seen.clone();
+                let snapshots_installed = snapshots_installed.clone();
                 std::thread::spawn(move || {
                     for line in BufReader::new(stderr).lines() {
                         let Ok(line) = line else { return };
                         if let Some(leader) = leader_in(&line) {
                             leader_seen.store(leader.unwrap_or(NO_LEADER_SEEN), Ordering::Release);
+                        }
+                        if line.contains("installed a snapshot from the leader") {
+                            snapshots_installed.fetch_add(1, Ordering::AcqRel);
                         }
                     }
                 });
@@ -236,6 +243,7 @@ impl TestServer {
         Ok(Self {
             child,
             leader_seen,
+            snapshots_installed,
             _stdin: stdin,
             addr,
             data_dir: data_dir.to_owned(),
@@ -271,6 +279,12 @@ impl TestServer {
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How many snapshots this ensemble member logged as installed from
+    /// its leader.
+    pub fn snapshots_installed(&self) -> u64 {
+        self.snapshots_installed.load(Ordering::Acquire)
     }
 
     /// The member this ensemble member last logged as its leader.
@@ -313,6 +327,12 @@ pub struct TestEnsemble {
 impl TestEnsemble {
     /// Starts `count` members and waits until they agree on a leader.
     pub fn start(count: usize) -> Self {
+        Self::start_with(count, &[])
+    }
+
+    /// Starts `count` members with `extra` flags each, and waits until they
+    /// agree on a leader.
+    pub fn start_with(count: usize, extra_flags: &[&str]) -> Self {
         let peers: Vec<String> = (0..count).map(|_| free_addr()).collect();
         let clients: Vec<String> = (0..count).map(|_| free_addr()).collect();
         let mut flags = Vec::new();
@@ -326,6 +346,7 @@ impl TestEnsemble {
                 let id = (k + 1).to_string();
                 let mut extra: Vec<&str> = vec!["--member-id", &id];
                 extra.extend(flags.iter().map(String::as_str));
+                extra.extend_from_slice(extra_flags);
                 TestServer::spawn(dirs[k].path(), &clients[k], &extra)
             })
             .collect();

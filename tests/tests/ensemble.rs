@@ -543,3 +543,89 @@ async fn five_members_write_on_with_two_down_and_the_two_catch_up() {
         let _ = reader.close().await;
     }
 }
+
+/// Writes made while a member is down in
+/// `a_member_down_for_many_writes_catches_up_by_snapshot` (the `--ignored`
+/// run makes 100 000).
+fn catch_up_writes(default: usize) -> usize {
+    match std::env::var("ARBOR_ENSEMBLE_CATCH_UP_WRITES") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("ARBOR_ENSEMBLE_CATCH_UP_WRITES={text:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+async fn catch_up_by_snapshot(writes: usize) {
+    // A follower is down while the others take `writes` creates; snapshots
+    // come every 2000 writes and the log behind them is purged, so it can
+    // only come back through the leader's snapshot. It does, with every node.
+    let mut ensemble = TestEnsemble::start_with(3, &["--snap-count", "2000"]);
+    let leader = ensemble.wait_for_leader(None);
+    let lagging = (1..=3).find(|id| *id != leader).expect("a follower");
+    ensemble.member(lagging).kill();
+    let others: Vec<String> = (1..=3)
+        .filter(|id| *id != lagging)
+        .map(|id| ensemble.member(id).addr().to_owned())
+        .collect();
+    let client = Client::connect(&others.join(","), options())
+        .await
+        .expect("connects");
+    client
+        .create("/catch", Vec::new(), CreateMode::Persistent)
+        .await
+        .expect("created");
+    const WRITERS: usize = 16;
+    let tasks: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in (w..writes).step_by(WRITERS) {
+                    let path = format!("/catch/n{i}");
+                    // A retry after a lost reply finds the node made.
+                    once(&path, ErrorCode::NodeExists, || async {
+                        client
+                            .create(&path, vec![7; 32], CreateMode::Persistent)
+                            .await
+                            .map(drop)
+                    })
+                    .await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("writer runs");
+    }
+
+    ensemble.member(lagging).restart();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ensemble.member(lagging).snapshots_installed() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "member {lagging} did not install a snapshot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reader = Client::connect(ensemble.member(lagging).addr(), options())
+        .await
+        .expect("connects");
+    reader.sync("/catch").await.expect("syncs");
+    let children = reader.get_children("/catch").await.expect("lists");
+    assert_eq!(
+        children.len(),
+        writes,
+        "every node on the member that was down"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_down_for_many_writes_catches_up_by_snapshot() {
+    catch_up_by_snapshot(catch_up_writes(20_000)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: a member down for 100 000 writes, about a minute"]
+async fn a_member_down_for_a_hundred_thousand_writes_catches_up_by_snapshot() {
+    catch_up_by_snapshot(catch_up_writes(100_000)).await;
+}
