@@ -229,12 +229,40 @@ async fn a_flipped_byte_before_the_tail_refuses_to_start_and_says_where() {
 #[tokio::test]
 async fn a_truncated_newest_snapshot_falls_back_to_the_previous_one() {
     let dir = TempDir::new();
-    write_keys(
-        dir.path(),
-        60,
-        &["--snap-count", "10", "--snap-retain", "3"],
-    )
-    .await;
+    let mut server =
+        TestServer::start_in(dir.path(), &["--snap-count", "10", "--snap-retain", "3"]);
+    let c = client(&server).await;
+    c.create("/d", Vec::new(), CreateMode::Persistent)
+        .await
+        .expect("created");
+    for i in 0..60 {
+        c.create(
+            &format!("/d/k{i}"),
+            vec![i as u8; 20],
+            CreateMode::Persistent,
+        )
+        .await
+        .expect("created");
+    }
+    // The snapshot thread runs at low priority: on a busy machine it may
+    // still be writing the first snapshot when the last key is written, and
+    // a due snapshot only starts with a later write. A few more, paced.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut extra = 0;
+    while snapshots(dir.path()).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no second snapshot");
+        c.create(
+            &format!("/extra-{extra}"),
+            Vec::new(),
+            CreateMode::Persistent,
+        )
+        .await
+        .expect("created");
+        extra += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    c.close().await.expect("closed");
+    assert!(server.terminate().success());
     let snaps = snapshots(dir.path());
     assert!(snaps.len() >= 2, "snapshots were taken: {snaps:?}");
     let newest = snaps.last().expect("newest");
