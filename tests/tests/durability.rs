@@ -96,7 +96,15 @@ async fn present(c: &Client, names: impl IntoIterator<Item = String>) -> Vec<Str
 
 /// A server in `dir` with one node per record: `/d` then `/d/k0`.. `/d/k{n-1}`.
 async fn write_keys(dir: &Path, n: usize, extra: &[&str]) {
-    let mut server = TestServer::start_in(dir, extra);
+    let (mut server, c) = start_with_keys(dir, n, extra).await;
+    c.close().await.expect("closed");
+    let status = server.terminate();
+    assert!(status.success());
+}
+
+/// A server in `dir` holding `/d/k0` .. `/d/k{n-1}`, and its client.
+async fn start_with_keys(dir: &Path, n: usize, extra: &[&str]) -> (TestServer, Client) {
+    let server = TestServer::start_in(dir, extra);
     let c = client(&server).await;
     c.create("/d", Vec::new(), CreateMode::Persistent)
         .await
@@ -110,9 +118,7 @@ async fn write_keys(dir: &Path, n: usize, extra: &[&str]) {
         .await
         .expect("created");
     }
-    c.close().await.expect("closed");
-    let status = server.terminate();
-    assert!(status.success());
+    (server, c)
 }
 
 #[tokio::test]
@@ -229,21 +235,12 @@ async fn a_flipped_byte_before_the_tail_refuses_to_start_and_says_where() {
 #[tokio::test]
 async fn a_truncated_newest_snapshot_falls_back_to_the_previous_one() {
     let dir = TempDir::new();
-    let mut server =
-        TestServer::start_in(dir.path(), &["--snap-count", "10", "--snap-retain", "3"]);
-    let c = client(&server).await;
-    c.create("/d", Vec::new(), CreateMode::Persistent)
-        .await
-        .expect("created");
-    for i in 0..60 {
-        c.create(
-            &format!("/d/k{i}"),
-            vec![i as u8; 20],
-            CreateMode::Persistent,
-        )
-        .await
-        .expect("created");
-    }
+    let (mut server, c) = start_with_keys(
+        dir.path(),
+        60,
+        &["--snap-count", "10", "--snap-retain", "3"],
+    )
+    .await;
     // The snapshot thread runs at low priority: on a busy machine it may
     // still be writing the first snapshot when the last key is written, and
     // a due snapshot only starts with a later write. A few more, paced.
