@@ -241,55 +241,76 @@ async fn wait_recovered(
     }
 }
 
-/// Waits until exactly one member says it leads; returns its position.
-async fn wait_for_leader(env: &Env, servers: &[String], limit: Duration) -> Result<usize> {
-    let deadline = Instant::now() + limit;
-    let mut last = String::from("no member asked yet");
-    loop {
-        let mut leaders = Vec::new();
-        for (at, addr) in servers.iter().enumerate() {
-            match Session::is_leader(env.kind, addr).await {
-                Ok(true) => leaders.push(at),
-                Ok(false) => {}
-                Err(err) => last = format!("{err:#}"),
+/// One poll of every member: which answered, which lead, the last error.
+struct Poll {
+    answering: usize,
+    leaders: Vec<usize>,
+    last_error: Option<String>,
+}
+
+async fn poll(env: &Env, servers: &[String]) -> Poll {
+    let mut poll = Poll {
+        answering: 0,
+        leaders: Vec::new(),
+        last_error: None,
+    };
+    for (at, addr) in servers.iter().enumerate() {
+        match Session::is_leader(env.kind, addr).await {
+            Ok(leads) => {
+                poll.answering += 1;
+                if leads {
+                    poll.leaders.push(at);
+                }
             }
+            Err(err) => poll.last_error = Some(format!("{err:#}")),
         }
-        if let [leader] = leaders[..] {
-            return Ok(leader);
+    }
+    poll
+}
+
+/// Polls the members until `done` holds; returns the last poll.
+async fn poll_until(
+    env: &Env,
+    servers: &[String],
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&Poll) -> bool,
+) -> Result<Poll> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let now = poll(env, servers).await;
+        if done(&now) {
+            return Ok(now);
         }
         if Instant::now() > deadline {
             return Err(anyhow!(
-                "no single leader within {limit:?} ({} claim it; last error: {last})",
-                leaders.len()
+                "{what} within {limit:?}: {} of {} members answer, {} lead (last error: {})",
+                now.answering,
+                servers.len(),
+                now.leaders.len(),
+                now.last_error.as_deref().unwrap_or("none")
             ));
         }
         tokio::time::sleep(PROBE_PAUSE).await;
     }
 }
 
+/// Waits until exactly one member says it leads; returns its position.
+async fn wait_for_leader(env: &Env, servers: &[String], limit: Duration) -> Result<usize> {
+    let found = poll_until(env, servers, limit, "no single leader", |p| {
+        p.leaders.len() == 1
+    })
+    .await?;
+    Ok(found.leaders[0])
+}
+
 /// Waits until every member answers and one leads.
 async fn wait_whole(env: &Env, servers: &[String], limit: Duration) -> Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let mut answering = 0;
-        let mut leaders = 0;
-        for addr in servers {
-            if let Ok(leads) = Session::is_leader(env.kind, addr).await {
-                answering += 1;
-                leaders += usize::from(leads);
-            }
-        }
-        if answering == servers.len() && leaders == 1 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(anyhow!(
-                "ensemble not whole within {limit:?}: {answering} of {} members answer, {leaders} lead",
-                servers.len()
-            ));
-        }
-        tokio::time::sleep(PROBE_PAUSE).await;
-    }
+    poll_until(env, servers, limit, "ensemble not whole", |p| {
+        p.answering == servers.len() && p.leaders.len() == 1
+    })
+    .await
+    .map(drop)
 }
 
 /// Runs `command` with `{member}` set to `member + 1`.

@@ -348,26 +348,28 @@ pub async fn run_replicator(
                     reply: f.reply,
                     count,
                 };
-                (f.writes, part)
+                let bytes = f.writes.iter().map(|w| w.txn.encoded_bytes_bound()).sum();
+                (f.writes, part, bytes)
             })
             .chain(batch.drain(..).map(|proposal| {
+                let bytes = proposal.txn.encoded_bytes_bound();
                 let write = Write {
                     time_ms: proposal.time_ms,
                     txn: proposal.txn,
                     proposer: Some(member.id),
                 };
-                (vec![write], Part::Local(proposal.reply))
+                (vec![write], Part::Local(proposal.reply), bytes)
             }))
             .peekable();
         while units.peek().is_some() {
             // One entry: everything waiting up to ENTRY_BYTES_MAX (a unit
             // larger than that goes alone; a forwarded batch stays whole).
             let (mut entry, mut bytes) = (Vec::new(), 0);
-            while let Some(unit) = units
-                .next_if(|unit| entry.is_empty() || bytes + unit_bytes(unit) <= ENTRY_BYTES_MAX)
+            while let Some((writes, part, size)) =
+                units.next_if(|(_, _, size)| entry.is_empty() || bytes + size <= ENTRY_BYTES_MAX)
             {
-                bytes += unit_bytes(&unit);
-                entry.push(unit);
+                bytes += size;
+                entry.push((writes, part));
             }
             replicate(&member, entry, slot.take()).await;
         }
@@ -376,10 +378,6 @@ pub async fn run_replicator(
 
 /// Writes and where their results go.
 type Unit = (Vec<Write>, Part);
-
-fn unit_bytes((writes, _): &Unit) -> usize {
-    writes.iter().map(|w| w.txn.encoded_bytes_bound()).sum()
-}
 
 /// Hands each part its results: `Ok((index, results))` with one result per
 /// write; `Err(refused)` when the entry was not written (`NotLeader`) or its
