@@ -139,13 +139,17 @@ pub(super) async fn wait_applied(member: &Member, index: u64) {
         .expect("applies in time");
 }
 
+/// The furthest any member has applied. Read from the state machines, not
+/// raft's metrics, which are published after a write is answered.
 pub(super) async fn last_index(members: &BTreeMap<MemberId, Member>) -> u64 {
-    let mut last = 0;
-    for member in members.values() {
-        let metrics = member.raft.metrics().borrow().clone();
-        last = last.max(metrics.last_applied.map_or(0, |id| id.index));
-    }
-    last
+    members
+        .values()
+        .map(|member| {
+            let state = member.shared.state.read();
+            state.replica.last_applied.map_or(0, |id| id.index)
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 pub(super) async fn start_three(

@@ -1,6 +1,6 @@
 //! An in-process network for ensembles in tests: members call each other's
 //! raft directly, through a router that can drop, delay and partition
-//! messages, seeded so that a failing run can be replayed.
+//! messages and pause members, seeded so that a failing run can be replayed.
 
 // openraft's RaftNetwork fixes the error type (RPCError, 128+ bytes);
 // openraft's own examples allow the same lint.
@@ -42,10 +42,16 @@ impl Faults {
     };
 }
 
+/// How often a held message checks whether its ends have resumed.
+const PAUSE_POLL: Duration = Duration::from_millis(5);
+
 struct RouterState {
     members: HashMap<MemberId, Raft<TypeConfig>>,
     /// Members cut off from everyone.
     isolated: HashSet<MemberId>,
+    /// Members frozen as by SIGSTOP: what they send and what is sent to
+    /// them waits, and arrives late (and stale) once they resume.
+    paused: HashSet<MemberId>,
     faults: Faults,
     rng: StdRng,
 }
@@ -65,6 +71,7 @@ impl Router {
             state: Arc::new(Mutex::new(RouterState {
                 members: HashMap::new(),
                 isolated: HashSet::new(),
+                paused: HashSet::new(),
                 faults,
                 rng: StdRng::seed_from_u64(seed),
             })),
@@ -86,6 +93,27 @@ impl Router {
 
     pub fn heal(&self) {
         self.state.lock().isolated.clear();
+    }
+
+    pub fn pause(&self, id: MemberId) {
+        self.state.lock().paused.insert(id);
+    }
+
+    pub fn resume(&self, id: MemberId) {
+        self.state.lock().paused.remove(&id);
+    }
+
+    /// Waits while either end of a message is paused.
+    async fn hold(&self, from: MemberId, to: MemberId) {
+        loop {
+            {
+                let state = self.state.lock();
+                if !state.paused.contains(&from) && !state.paused.contains(&to) {
+                    return;
+                }
+            }
+            tokio::time::sleep(PAUSE_POLL).await;
+        }
     }
 
     /// The target's raft, if the message gets through; the delay to apply.
@@ -126,9 +154,11 @@ impl Router {
     /// log position a linearizable read on `from` must wait for. Goes
     /// through the same faults as raft's own messages.
     pub async fn read_index(&self, from: MemberId, to: MemberId) -> Option<u64> {
+        self.hold(from, to).await;
         let (raft, delay) = self.route::<std::io::Error>(from, to).ok()?;
         tokio::time::sleep(delay).await;
         let (read_log_id, _) = raft.get_read_log_id().await.ok()?;
+        self.hold(to, from).await;
         self.route::<std::io::Error>(to, from).ok()?;
         Some(read_log_id.map_or(0, |id| id.index))
     }
@@ -168,8 +198,21 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 }
 
 impl Connection {
-    /// The reply is lost on the way back as often as the request on the way there.
-    fn reply_lost<E: std::error::Error>(&self) -> Result<(), RPCError<MemberId, MemberAddr, E>> {
+    /// The request's way there: held while an end is paused, then routed.
+    async fn send<E: std::error::Error>(
+        &self,
+    ) -> Result<Raft<TypeConfig>, RPCError<MemberId, MemberAddr, E>> {
+        self.router.hold(self.from, self.to).await;
+        let (raft, delay) = self.router.route(self.from, self.to)?;
+        tokio::time::sleep(delay).await;
+        Ok(raft)
+    }
+
+    /// The reply is held and lost on the way back as the request on the way there.
+    async fn reply_lost<E: std::error::Error>(
+        &self,
+    ) -> Result<(), RPCError<MemberId, MemberAddr, E>> {
+        self.router.hold(self.to, self.from).await;
         self.router.route::<E>(self.to, self.from).map(|_| ())
     }
 }
@@ -180,13 +223,12 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<MemberId>, RpcError> {
-        let (raft, delay) = self.router.route(self.from, self.to)?;
-        tokio::time::sleep(delay).await;
+        let raft = self.send().await?;
         let reply = raft
             .append_entries(rpc)
             .await
             .map_err(|err| RPCError::RemoteError(RemoteError::new(self.to, err)))?;
-        self.reply_lost()?;
+        self.reply_lost().await?;
         Ok(reply)
     }
 
@@ -195,13 +237,12 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<InstallSnapshotResponse<MemberId>, RpcError<InstallSnapshotError>> {
-        let (raft, delay) = self.router.route(self.from, self.to)?;
-        tokio::time::sleep(delay).await;
+        let raft = self.send().await?;
         let reply = raft
             .install_snapshot(rpc)
             .await
             .map_err(|err| RPCError::RemoteError(RemoteError::new(self.to, err)))?;
-        self.reply_lost()?;
+        self.reply_lost().await?;
         Ok(reply)
     }
 
@@ -210,13 +251,12 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: VoteRequest<MemberId>,
         _option: RPCOption,
     ) -> Result<VoteResponse<MemberId>, RpcError> {
-        let (raft, delay) = self.router.route(self.from, self.to)?;
-        tokio::time::sleep(delay).await;
+        let raft = self.send().await?;
         let reply = raft
             .vote(rpc)
             .await
             .map_err(|err| RPCError::RemoteError(RemoteError::new(self.to, err)))?;
-        self.reply_lost()?;
+        self.reply_lost().await?;
         Ok(reply)
     }
 }
