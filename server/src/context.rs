@@ -59,10 +59,10 @@ pub trait Ensemble: Send + Sync {
 }
 
 impl Shared {
-    pub fn new(config: Config, state: StateMachine, committer: Committer) -> Self {
+    pub fn new(config: Config, clock: Clock, state: StateMachine, committer: Committer) -> Self {
         let last_zxid = AtomicU64::new(state.last_zxid());
         Self {
-            clock: Clock::new(),
+            clock,
             watches: Mutex::new(WatchManager::new(config.watches_per_session_max)),
             connections: Mutex::new(ConnectionRegistry::default()),
             tracker: Mutex::new(SessionTracker::new(config.tick_ms)),

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::clock::Clock;
 use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
 use crate::config::{Config, ConfigError};
 use crate::context::Shared;
@@ -62,6 +63,7 @@ pub enum ServerError {
 /// A server whose data directory is open and recovered, ready to serve.
 pub struct Server {
     config: Config,
+    clock: Clock,
     storage: OpenedStorage,
 }
 
@@ -72,7 +74,18 @@ impl Server {
     pub fn open(config: Config) -> Result<Self, ServerError> {
         config.validate()?;
         let storage = open_storage(&config)?;
-        Ok(Self { config, storage })
+        Ok(Self {
+            config,
+            clock: Clock::system(),
+            storage,
+        })
+    }
+
+    /// Serves with `clock` instead of the system's: for tests that move
+    /// time themselves ([`Clock::manual`]).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The last zxid recovered from the data directory.
@@ -88,7 +101,7 @@ impl Server {
         listener: L,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServerError> {
-        serve(self.config, self.storage, listener, shutdown).await
+        serve(self.config, self.clock, self.storage, listener, shutdown).await
     }
 }
 
@@ -99,12 +112,21 @@ pub async fn run<L: Listener>(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let server = tokio::task::block_in_place(|| Server::open(config))?;
+    // On a blocking thread, so that any runtime (a current-thread one too)
+    // keeps running its other tasks while the directory is recovered.
+    let data_dir = config.data_dir.clone();
+    let server = tokio::task::spawn_blocking(move || Server::open(config))
+        .await
+        .map_err(|err| ServerError::Io {
+            path: data_dir,
+            source: std::io::Error::other(err),
+        })??;
     server.serve(listener, shutdown).await
 }
 
 async fn serve<L: Listener>(
     config: Config,
+    clock: Clock,
     storage: OpenedStorage,
     mut listener: L,
     shutdown: impl Future<Output = ()>,
@@ -126,7 +148,7 @@ async fn serve<L: Listener>(
             Starting::Member(storage),
         ),
     };
-    let shared = Arc::new(Shared::new(config, state, committer));
+    let shared = Arc::new(Shared::new(config, clock, state, committer));
     {
         // After a restart every session gets a full timeout to reconnect.
         let now_ms = shared.clock.monotonic_ms();

@@ -17,6 +17,7 @@ use super::log_store::{LogIoThread, LogStore};
 use super::records::MemberId;
 use super::state_machine::{load_newest, ClusterStateMachine};
 use super::types::{Command, Outcome, TypeConfig, Write};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::context::Shared;
 use crate::pipeline::commit::{Committer, MemoryLog};
@@ -61,7 +62,7 @@ pub(super) fn state_machine(dir: &Path) -> ClusterStateMachine {
     let (state, loaded_from) = load_newest(&snapshots).expect("loads");
     let (queue, _) = mpsc::channel(1);
     let committer = Committer::new(MemoryLog::default(), 0, None, queue);
-    let shared = Arc::new(Shared::new(Config::default(), state, committer));
+    let shared = Arc::new(Shared::new(Config::default(), Clock::system(), state, committer));
     ClusterStateMachine::new(1, shared, &snapshots, loaded_from)
 }
 

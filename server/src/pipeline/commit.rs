@@ -277,6 +277,7 @@ mod tests {
     use arbor_protocol::{CreateMode, MultiOp};
 
     use super::*;
+    use crate::clock::Clock;
     use crate::config::Config;
     use crate::pipeline::apply::StateMachine;
 
@@ -303,7 +304,12 @@ mod tests {
     async fn an_inline_write_never_overtakes_a_queued_one() {
         let (queue, mut proposals) = mpsc::channel(8);
         let committer = Committer::new(MemoryLog::default(), 0, None, queue);
-        let shared = Shared::new(Config::default(), StateMachine::new(), committer);
+        let shared = Shared::new(
+            Config::default(),
+            Clock::system(),
+            StateMachine::new(),
+            committer,
+        );
 
         shared
             .committer
