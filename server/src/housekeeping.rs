@@ -1,17 +1,16 @@
-//! Background tasks that propose writes on the server's own behalf: session
-//! expiry, and the reaping of containers and TTL nodes. Both go through the
-//! same commit path as client writes, so their effects are logged, ordered
-//! and fire watches like any other write. In an ensemble only the leader
-//! runs them ([`Shared::decides`]).
+//! Background tasks that propose writes on the server's own behalf, on a
+//! timer: session expiry, and the reaping of containers and TTL nodes. What
+//! is due is decided by prep ([`prep::expired_sessions`],
+//! [`prep::due_nodes`]); the txns go through the same commit path as client
+//! writes, so their effects are logged, ordered and fire watches like any
+//! other write. In an ensemble only the leader runs them ([`Shared::decides`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::debug;
-
 use crate::context::Shared;
 use crate::pipeline::commit::Proposal;
-use crate::txn::{CloseReason, Txn};
+use crate::pipeline::prep;
 
 /// Proposes a close for every session whose deadline passed, once per tick.
 pub async fn expire_sessions(shared: Arc<Shared>) {
@@ -24,22 +23,8 @@ pub async fn expire_sessions(shared: Arc<Shared>) {
             () = tokio::time::sleep(Duration::from_millis(next_tick_ms - now_ms)) => {}
             () = shared.shutdown.cancelled() => return,
         }
-        if !shared.decides() {
-            continue;
-        }
-        let expired = shared
-            .tracker
-            .lock()
-            .take_expired(shared.clock.monotonic_ms());
-        for session_id in expired {
-            debug!(session_id, "session deadline passed; proposing expiry");
-            let txn = Txn::CloseSession {
-                session_id,
-                reason: CloseReason::Expired,
-            };
-            if !propose_own(&shared, txn).await {
-                return;
-            }
+        if shared.decides() && !propose_all(&shared, prep::expired_sessions(&shared)).await {
+            return;
         }
     }
 }
@@ -52,31 +37,22 @@ pub async fn reap_nodes(shared: Arc<Shared>) {
             () = tokio::time::sleep(interval) => {}
             () = shared.shutdown.cancelled() => return,
         }
-        if !shared.decides() {
-            continue;
-        }
-        let due = {
-            let state = shared.state.read();
-            state
-                .tree
-                .reap_candidates(shared.clock.wall_ms(), shared.config.reap_batch_max)
-        };
-        for txn in due {
-            if !propose_own(&shared, txn).await {
-                return;
-            }
+        if shared.decides() && !propose_all(&shared, prep::due_nodes(&shared)).await {
+            return;
         }
     }
 }
 
-async fn propose_own(shared: &Shared, txn: Txn) -> bool {
-    let proposal = Proposal {
-        txn,
-        time_ms: shared.clock.wall_ms(),
-        reply: None,
-    };
-    tokio::select! {
-        sent = shared.committer.propose(proposal) => sent.is_ok(),
-        () = shared.shutdown.cancelled() => false,
+/// False once the server is shutting down.
+async fn propose_all(shared: &Shared, proposals: Vec<Proposal>) -> bool {
+    for proposal in proposals {
+        let sent = tokio::select! {
+            sent = shared.committer.propose(proposal) => sent.is_ok(),
+            () = shared.shutdown.cancelled() => false,
+        };
+        if !sent {
+            return false;
+        }
     }
+    true
 }

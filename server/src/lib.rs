@@ -11,8 +11,11 @@
 //! ```
 //!
 //! A connection ([`net`]) decodes frames and keeps its session's requests in
-//! arrival order. A write is *prepped* into a [`txn::Txn`]: validated, with
-//! everything non-deterministic fixed (wall time, session ids, passwords). The
+//! arrival order; it decides nothing about them. A write is *prepped* into a
+//! [`txn::Txn`]: validated, with everything non-deterministic fixed (wall
+//! time, session ids, passwords); prep also moves the session's deadline,
+//! and is the only stage that reads the clock ([`clock::Clock`], which tests
+//! can drive) on a request's behalf. The
 //! committer ([`pipeline::commit::Committer`], one lock) gives each txn the
 //! next zxid, makes whole batches durable at once through the
 //! [`pipeline::commit::CommitLog`] (group commit), then applies them in zxid

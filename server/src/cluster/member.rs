@@ -303,7 +303,7 @@ enum Part {
 
 /// The member's write path; see the module docs. Ends when the committer's
 /// queue closes. Everything waiting, its own proposals and the writes its
-/// followers forwarded, goes into as few entries as [`ENTRY_BYTES_MAX`]
+/// followers forwarded, goes into as few entries as `ENTRY_BYTES_MAX`
 /// allows.
 pub async fn run_replicator(
     mut proposals: mpsc::Receiver<Proposal>,

@@ -62,7 +62,12 @@ pub(super) fn state_machine(dir: &Path) -> ClusterStateMachine {
     let (state, loaded_from) = load_newest(&snapshots).expect("loads");
     let (queue, _) = mpsc::channel(1);
     let committer = Committer::new(MemoryLog::default(), 0, None, queue);
-    let shared = Arc::new(Shared::new(Config::default(), Clock::system(), state, committer));
+    let shared = Arc::new(Shared::new(
+        Config::default(),
+        Clock::system(),
+        state,
+        committer,
+    ));
     ClusterStateMachine::new(1, shared, &snapshots, loaded_from)
 }
 

@@ -1,7 +1,9 @@
 //! The write pipeline: prep → commit log → apply.
 //!
-//! * [`prep`] validates a request and fixes everything non-deterministic
-//!   (time, session ids, passwords), producing a [`crate::txn::Txn`].
+//! * [`prep`] is the one stage that decides what apply must not: it
+//!   validates a request, fixes its wall time, draws session ids and
+//!   passwords, and keeps sessions alive (or refuses them), producing a
+//!   [`crate::txn::Txn`] or an answer. Connections only frame bytes.
 //! * [`commit`] gives each txn the next zxid, makes batches durable through a
 //!   [`commit::CommitLog`] (one sync per batch: group commit), then applies
 //!   them in order and answers.

@@ -1,9 +1,7 @@
-//! Prep: from a client's write request to a txn.
-//!
-//! Checks what can be checked without the tree (path syntax, sizes, TTL range,
-//! a closing session creating ephemerals) so that bad requests never reach
-//! the log, and fixes what apply must not decide itself. Checks that need the
-//! tree (existence, versions) are made by apply, in order.
+//! What prep checks without the tree: path syntax, sizes, TTL range, a
+//! closing session creating ephemerals, so that bad requests never reach
+//! the log. Checks that need the tree (existence, versions) are made by
+//! apply, in order. Pure functions of the request and the configuration.
 
 use arbor_protocol::{path, CreateMode, ErrorCode, MultiOp, Op, SessionId};
 

@@ -1,0 +1,129 @@
+//! The handshake: the first frame must be a `Connect` this server can
+//! serve. Prep opens or resumes the session; the connection then becomes
+//! the session's, and the one it replaces (if any) is told to close.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::codec;
+use arbor_protocol::{
+    ClientMessage, ConnectRequest, ConnectResponse, ErrorCode, ServerLimits, ServerMessage,
+    SessionId, PROTOCOL_VERSION,
+};
+use futures_util::StreamExt;
+use tokio::io::AsyncRead;
+use tracing::info;
+
+use super::{closing, frame_error_message, Frames};
+use crate::context::Shared;
+use crate::net::ConnectionHandle;
+use crate::pipeline::prep::sessions::{self, Refusal};
+
+/// Opens or resumes a session. On failure, returns what to tell the client.
+pub(super) async fn handshake<S: AsyncRead>(
+    frames: &mut Frames<S>,
+    shared: &Arc<Shared>,
+    handle: ConnectionHandle,
+    peer: SocketAddr,
+) -> Result<SessionId, Option<ServerMessage>> {
+    let request = first_request(frames, shared).await?;
+    let server_zxid = shared.last_zxid();
+    if request.last_zxid_seen > server_zxid {
+        let message = format!(
+            "client has seen zxid {:#x}, newer than this server's {server_zxid:#x}; try another server",
+            request.last_zxid_seen
+        );
+        return Err(Some(closing(ErrorCode::Unavailable, message)));
+    }
+    let granted = match request.session {
+        None => sessions::open(shared, request.session_timeout_ms).await,
+        Some(credentials) => sessions::resume(shared, credentials.id, credentials.password).await,
+    };
+    let grant = granted.map_err(|Refusal { code, message }| Some(closing(code, message)))?;
+    let session_id = grant.session_id;
+
+    let connection_id = handle.connection_id;
+    let outbound = handle.outbound.clone();
+    let previous = {
+        let mut watches = shared.watches.lock();
+        let mut connections = shared.connections.lock();
+        let previous = connections.attach(session_id, handle);
+        if previous.is_some() {
+            // The old connection's watches die with it; the client registers
+            // them again on this one.
+            watches.remove_session(session_id);
+        }
+        previous
+    };
+    if let Some(previous) = previous {
+        let _ = previous.outbound.try_send(closing(
+            ErrorCode::SessionMoved,
+            "session resumed on another connection",
+        ));
+        previous.closer.cancel();
+    }
+    let config = &shared.config;
+    let response = ConnectResponse {
+        protocol_version: PROTOCOL_VERSION,
+        session_id,
+        password: grant.password,
+        session_timeout_ms: grant.timeout_ms,
+        zxid: shared.last_zxid(),
+        limits: ServerLimits {
+            frame_bytes_max: config.frame_bytes_max as u32,
+            data_bytes_max: config.data_bytes_max as u32,
+        },
+    };
+    if outbound
+        .send(ServerMessage::Connected(response))
+        .await
+        .is_err()
+    {
+        return Err(None);
+    }
+    info!(session_id, connection_id, %peer, timeout_ms = grant.timeout_ms, resumed = request.session.is_some(), "session connected");
+    Ok(session_id)
+}
+
+/// The first frame, which must be a `Connect` in this server's protocol
+/// version, in time.
+async fn first_request<S: AsyncRead>(
+    frames: &mut Frames<S>,
+    shared: &Shared,
+) -> Result<ConnectRequest, Option<ServerMessage>> {
+    let config = &shared.config;
+    let wait = Duration::from_millis(config.handshake_timeout_ms);
+    let first = tokio::select! {
+        first = tokio::time::timeout(wait, frames.next()) => first,
+        () = shared.shutdown.cancelled() => return Err(Some(closing(ErrorCode::Unavailable, "server is shutting down"))),
+    };
+    let bytes = match first {
+        Err(_) => {
+            let message = format!("no handshake within {} ms", config.handshake_timeout_ms);
+            return Err(Some(closing(ErrorCode::BadRequest, message)));
+        }
+        Ok(None) => return Err(None),
+        Ok(Some(Err(err))) => return Err(frame_error_message(&err)),
+        Ok(Some(Ok(bytes))) => bytes,
+    };
+    let request = match codec::decode::<ClientMessage>(&bytes) {
+        Ok(ClientMessage::Connect(request)) => request,
+        Ok(ClientMessage::Request { .. }) => {
+            let message = "the first message must be a Connect handshake";
+            return Err(Some(closing(ErrorCode::BadRequest, message)));
+        }
+        Err(err) => {
+            let message = format!("cannot decode handshake: {err}");
+            return Err(Some(closing(ErrorCode::BadRequest, message)));
+        }
+    };
+    if request.protocol_version != PROTOCOL_VERSION {
+        let message = format!(
+            "protocol version {} is not supported; this server speaks {PROTOCOL_VERSION}",
+            request.protocol_version
+        );
+        return Err(Some(closing(ErrorCode::BadRequest, message)));
+    }
+    Ok(request)
+}

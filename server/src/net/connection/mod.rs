@@ -1,0 +1,155 @@
+//! One client connection: the [`handshake`], then three tasks joined by
+//! bounded queues: the [`reader`], the [`responder`] and the [`writer`]. A
+//! connection frames bytes and keeps its session's order; what a request
+//! means is prep's business ([`crate::pipeline::prep`]).
+//!
+//! ```text
+//! socket ─► reader ─► pending (≤ in-flight limit) ─► responder ─► outbound ─► writer ─► socket
+//!            │ writes: prepped, then proposed to the committer   ▲
+//!            │ reads:  queued, run by the responder in turn     │ watch events, queued
+//!                                                                 by the committer during apply
+//! ```
+//!
+//! The responder answers pending items strictly in arrival order: it waits
+//! for a write's result before it runs a later read, so a session reads its
+//! own writes and its replies come back in request order. A request that
+//! finds nothing owed ahead of it is answered by the reader itself, straight
+//! into the outbound queue: a read at once, a write committed on the spot
+//! when the committer is idle (see [`crate::pipeline::commit`]). Same order,
+//! fewer hand-offs on the path a lone client waits on. Watch events go into
+//! the same outbound queue during apply, before any reply that could reflect
+//! the change is made, so a client always sees the event first.
+//!
+//! A frame that breaks the protocol (too large, undecodable, a second
+//! handshake) is answered with `Closing` after the replies already owed, and
+//! the connection ends; the session and every other connection carry on.
+
+mod handshake;
+mod reader;
+mod responder;
+mod writer;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::frame::{FrameDecoder, FrameError};
+use arbor_protocol::{ErrorCode, Op, ServerMessage, Zxid};
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::context::Shared;
+use crate::net::ConnectionHandle;
+use crate::pipeline::commit::WriteResult;
+
+/// How long a closing connection may take to flush what it owes.
+const WRITER_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+type Frames<S> = FramedRead<ReadHalf<S>, FrameDecoder>;
+
+/// A request that is owed an answer, in arrival order.
+enum Pending {
+    /// Answered already (a refused write, a ping).
+    Ready { xid: u64, result: WriteResult },
+    /// Proposed to the committer (or waiting on the ensemble); the result
+    /// comes once it is applied.
+    Write {
+        xid: u64,
+        result: oneshot::Receiver<WriteResult>,
+    },
+    /// Run against the applied state when its turn comes.
+    Read { xid: u64, op: Op },
+    /// The last thing this connection says.
+    Close(ServerMessage),
+}
+
+fn closing(code: ErrorCode, message: impl Into<String>) -> ServerMessage {
+    ServerMessage::Closing {
+        code,
+        message: message.into(),
+    }
+}
+
+fn reply(xid: u64, zxid: Zxid, result: WriteResult) -> ServerMessage {
+    ServerMessage::Reply { xid, zxid, result }
+}
+
+fn frame_error_message(err: &FrameError) -> Option<ServerMessage> {
+    match err {
+        FrameError::TooLarge { .. } => Some(closing(ErrorCode::TooLarge, err.to_string())),
+        FrameError::Io(_) => None,
+        _ => Some(closing(ErrorCode::BadRequest, err.to_string())),
+    }
+}
+
+/// Serves one connection until the client leaves, breaks the protocol, its
+/// session ends, or the server shuts down.
+pub async fn serve<S>(stream: S, peer: SocketAddr, shared: Arc<Shared>)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let connection_id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+    let config = &shared.config;
+    let (read_half, write_half) = tokio::io::split(stream);
+    let mut frames = FramedRead::new(read_half, FrameDecoder::new(config.frame_bytes_max));
+    let outbound_capacity =
+        config.requests_in_flight_per_connection_max + config.events_queued_per_connection_max;
+    let (outbound, outbound_rx) = mpsc::channel(outbound_capacity);
+    let closer = CancellationToken::new();
+    let writer = tokio::spawn(writer::write_loop(
+        write_half,
+        outbound_rx,
+        config.frame_bytes_max,
+        closer.clone(),
+    ));
+
+    let handle = ConnectionHandle {
+        connection_id,
+        outbound: outbound.clone(),
+        closer: closer.clone(),
+    };
+    match handshake::handshake(&mut frames, &shared, handle, peer).await {
+        Ok(session_id) => {
+            let (pending_tx, pending_rx) =
+                mpsc::channel(config.requests_in_flight_per_connection_max);
+            let owed = Arc::new(AtomicUsize::new(0));
+            let responder = tokio::spawn(responder::respond_loop(
+                pending_rx,
+                outbound.clone(),
+                owed.clone(),
+                shared.clone(),
+                session_id,
+            ));
+            let queues = reader::Queues {
+                pending: &pending_tx,
+                owed: &owed,
+                outbound: &outbound,
+            };
+            reader::read_loop(&mut frames, queues, &shared, session_id, &closer).await;
+            drop(pending_tx);
+            let _ = responder.await;
+            let still_ours = shared.connections.lock().detach(session_id, connection_id);
+            if still_ours {
+                shared.watches.lock().remove_session(session_id);
+            }
+            debug!(session_id, connection_id, %peer, "connection ended");
+        }
+        Err(Some(message)) => {
+            let _ = outbound.send(message).await;
+        }
+        Err(None) => {}
+    }
+    drop(outbound);
+    if tokio::time::timeout(WRITER_DRAIN_TIMEOUT, writer)
+        .await
+        .is_err()
+    {
+        debug!(connection_id, %peer, "writer did not drain in time");
+    }
+}

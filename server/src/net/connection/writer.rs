@@ -1,0 +1,74 @@
+//! The writer: frames queued messages onto the socket, several per write
+//! when they pile up. It ends after a `Closing` message, when every sender
+//! is gone, or on error, and whatever ended it ends the connection.
+
+use arbor_protocol::frame::{encode_frame, FrameError};
+use arbor_protocol::{ErrorCode, ServerMessage};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::reply;
+
+/// Bytes the writer gathers from the outbound queue into one socket write.
+const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
+
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
+    mut sink: W,
+    mut outbound: mpsc::Receiver<ServerMessage>,
+    frame_bytes_max: usize,
+    closer: CancellationToken,
+) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    'write: while let Some(first) = outbound.recv().await {
+        let mut last = encode_message(first, frame_bytes_max, &mut buf);
+        while !last && buf.len() < WRITE_BATCH_BYTES_MAX {
+            match outbound.try_recv() {
+                Ok(message) => last = encode_message(message, frame_bytes_max, &mut buf),
+                Err(_) => break,
+            }
+        }
+        // A client that stops reading must not pin the connection forever:
+        // once the connection is told to close, a blocked write is abandoned.
+        let written = tokio::select! {
+            biased;
+            written = sink.write_all(&buf) => written,
+            () = closer.cancelled() => break 'write,
+        };
+        if let Err(err) = written {
+            debug!(error = %err, "write failed");
+            break 'write;
+        }
+        buf.clear();
+        if last {
+            break;
+        }
+    }
+    let _ = sink.shutdown().await;
+    closer.cancel();
+}
+
+/// Appends one frame; a reply too large for a frame becomes a `TooLarge`
+/// error for the same request. Returns whether this is the final message.
+fn encode_message(message: ServerMessage, frame_bytes_max: usize, buf: &mut Vec<u8>) -> bool {
+    let last = matches!(message, ServerMessage::Closing { .. });
+    match encode_frame(&message, frame_bytes_max, buf) {
+        Ok(()) => {}
+        Err(FrameError::TooLarge { len, .. }) => match message {
+            ServerMessage::Reply { xid, zxid, .. } => {
+                debug!(xid, reply_bytes = len, "reply over the frame limit");
+                let refused = reply(xid, zxid, Err(ErrorCode::TooLarge));
+                if let Err(err) = encode_frame(&refused, frame_bytes_max, buf) {
+                    warn!(xid, error = %err, "cannot encode an error reply");
+                }
+            }
+            _ => warn!(
+                message_bytes = len,
+                "dropping a message over the frame limit"
+            ),
+        },
+        Err(err) => warn!(error = %err, "cannot encode message"),
+    }
+    last
+}

@@ -1,0 +1,168 @@
+//! Sessions as prep makes them: a new session's id, password and timeout
+//! are chosen here and go through the log as a txn; a resume is checked
+//! against the session table (password, liveness) and, in an ensemble,
+//! claimed through the log for the member it arrives at.
+
+use std::time::Duration;
+
+use arbor_protocol::{ErrorCode, SessionId, SESSION_PASSWORD_BYTES};
+use tokio::sync::oneshot;
+
+use crate::context::Shared;
+use crate::pipeline::commit::WriteResult;
+use crate::session::negotiate_timeout_ms;
+use crate::txn::Txn;
+
+/// Tries at a handshake's txn through a leader change, and the pause
+/// between them.
+const HANDSHAKE_PROPOSAL_ATTEMPTS: u32 = 3;
+const HANDSHAKE_PROPOSAL_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// A session a connection may serve.
+#[derive(Debug, Clone, Copy)]
+pub struct Grant {
+    pub session_id: SessionId,
+    pub password: [u8; SESSION_PASSWORD_BYTES],
+    pub timeout_ms: u32,
+}
+
+/// Why a session could not be opened or resumed: the handshake's answer.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Opens a session with a timeout negotiated from `requested_ms`; answers
+/// once its creation is applied here.
+pub async fn open(shared: &Shared, requested_ms: u32) -> Result<Grant, Refusal> {
+    let timeout_ms = negotiate_timeout_ms(requested_ms, shared.config.tick_ms);
+    let session_id = loop {
+        let id: u64 = rand::random();
+        if id != 0 {
+            break id;
+        }
+    };
+    let password: [u8; SESSION_PASSWORD_BYTES] = rand::random();
+    let txn = Txn::CreateSession {
+        session_id,
+        password,
+        timeout_ms,
+    };
+    // Found already there on a second try: an earlier try went through.
+    propose_through_leader_changes(shared, txn, |attempt, code| {
+        attempt > 1 && code == ErrorCode::SessionMoved
+    })
+    .await
+    .map_err(|code| Refusal::new(code, format!("cannot open a session: {code}")))?;
+    Ok(Grant {
+        session_id,
+        password,
+        timeout_ms,
+    })
+}
+
+/// Resumes a live session whose password matches; its deadline moves as
+/// for any request. An ensemble member also claims it through the log.
+pub async fn resume(
+    shared: &Shared,
+    session_id: SessionId,
+    password: [u8; SESSION_PASSWORD_BYTES],
+) -> Result<Grant, Refusal> {
+    let grant = check(shared, session_id, password)?;
+    if shared.ensemble().is_some() {
+        claim(shared, session_id).await?;
+    }
+    Ok(grant)
+}
+
+fn check(
+    shared: &Shared,
+    session_id: SessionId,
+    password: [u8; SESSION_PASSWORD_BYTES],
+) -> Result<Grant, Refusal> {
+    let expired = || {
+        Refusal::new(
+            ErrorCode::SessionExpired,
+            format!("session {session_id:#x} has expired"),
+        )
+    };
+    let state = shared.state.read();
+    let record = state.session(session_id).ok_or_else(expired)?;
+    if record.password != password {
+        let message = format!("wrong password for session {session_id:#x}");
+        return Err(Refusal::new(ErrorCode::AuthFailed, message));
+    }
+    if !shared
+        .tracker
+        .lock()
+        .touch(session_id, shared.clock.monotonic_ms())
+    {
+        return Err(expired());
+    }
+    Ok(Grant {
+        session_id,
+        password: record.password,
+        timeout_ms: record.timeout_ms,
+    })
+}
+
+/// An ensemble member takes over a session a client resumes here: through
+/// the log, so every write the session made through another member is
+/// ordered before it (and applied here by the time it is answered), and
+/// any it might still make there is refused with `SessionMoved`.
+async fn claim(shared: &Shared, session_id: SessionId) -> Result<(), Refusal> {
+    propose_through_leader_changes(shared, Txn::MoveSession { session_id }, |_, _| false)
+        .await
+        .map_err(|code| {
+            Refusal::new(
+                code,
+                format!("cannot resume session {session_id:#x}: {code}"),
+            )
+        })
+}
+
+/// Proposes a handshake's txn and waits for it. In an ensemble a leader
+/// change can refuse it (`NotLeader`) or leave its outcome unknown; the same
+/// txn is proposed again, and `landed(attempt, code)` recognises the answer
+/// of a retry whose earlier try went through.
+async fn propose_through_leader_changes(
+    shared: &Shared,
+    txn: Txn,
+    landed: impl Fn(u32, ErrorCode) -> bool,
+) -> Result<(), ErrorCode> {
+    for attempt in 1..=HANDSHAKE_PROPOSAL_ATTEMPTS {
+        let result = propose(shared, txn.clone()).await?;
+        let code = match result.await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(code)) if landed(attempt, code) => return Ok(()),
+            Ok(Err(code @ (ErrorCode::NotLeader | ErrorCode::Unavailable))) => code,
+            Ok(Err(code)) => return Err(code),
+            Err(_) => ErrorCode::Unavailable,
+        };
+        if attempt == HANDSHAKE_PROPOSAL_ATTEMPTS || shared.shutdown.is_cancelled() {
+            return Err(code);
+        }
+        tokio::time::sleep(HANDSHAKE_PROPOSAL_RETRY_PAUSE).await;
+    }
+    Err(ErrorCode::Unavailable)
+}
+
+/// Queues a txn for the committer; the receiver yields its result once
+/// applied.
+async fn propose(shared: &Shared, txn: Txn) -> Result<oneshot::Receiver<WriteResult>, ErrorCode> {
+    let (reply, result) = oneshot::channel();
+    let mut proposal = super::proposal(shared, txn);
+    proposal.reply = Some(reply);
+    shared.committer.propose(proposal).await?;
+    Ok(result)
+}
