@@ -16,6 +16,7 @@ use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, LogId, RaftLogReader, StorageError, StorageIOError, Vote};
@@ -36,6 +37,10 @@ pub const LOG_IO_QUEUE_MAX: usize = 1024;
 /// Appends covered by one sync at most, so one sync's callbacks never wait
 /// behind an unbounded batch.
 pub const LOG_GROUP_COMMIT_MAX: usize = 256;
+/// The committed position is a hint (see [`meta_file::COMMITTED_FILE`]):
+/// replacing its file costs a create and a rename, so it is saved at most
+/// this often, and once more when the log closes.
+const COMMITTED_SAVE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The entries from the last purge on, and the small durable values.
 #[derive(Debug, Default)]
@@ -350,6 +355,7 @@ impl LogWriter {
         // commit, between the appends: it must not cut a group commit
         // short, so only the newest is written, after the group's sync.
         let mut committed = None;
+        let mut committed_saved_at: Option<Instant> = None;
         while let Some(first) = queue.blocking_recv() {
             let mut next = Some(first);
             while let Some(request) = next.take() {
@@ -373,9 +379,16 @@ impl LogWriter {
                 }
             }
             self.complete(&mut flushed);
-            if let Some(committed) = committed.take() {
-                self.save_committed(&committed);
+            let due = committed_saved_at.is_none_or(|at| at.elapsed() >= COMMITTED_SAVE_INTERVAL);
+            if due {
+                if let Some(committed) = committed.take() {
+                    self.save_committed(&committed);
+                    committed_saved_at = Some(Instant::now());
+                }
             }
+        }
+        if let Some(committed) = committed.take() {
+            self.save_committed(&committed);
         }
     }
 
