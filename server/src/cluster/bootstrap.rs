@@ -110,6 +110,7 @@ pub fn open_storage(
         LogOptions {
             segment_bytes_max: config.segment_bytes_max,
             fsync: config.fsync,
+            preallocate_bytes: crate::storage::txnlog::PREALLOCATE_BYTES_DEFAULT,
         },
     )?;
     let peer_addr = &ensemble.members[&ensemble.member_id].peer;

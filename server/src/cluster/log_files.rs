@@ -26,6 +26,13 @@
 //!                                    ;   payload  = Blank | Command | Membership
 //! ```
 //!
+//! The last segment may end in zeros: space written ahead of the records
+//! (`preallocate_bytes` at a time, zeros actually written, not a hole), so
+//! that syncing an append does not also have to record a new file size and
+//! new blocks. A reader takes a zero length followed only by zeros as the
+//! end of the log. A segment is trimmed to its records before the next one
+//! is started, so no other segment has zeros.
+//!
 //! Record k of a segment has index `first_index + k`. A segment names the
 //! last index before it, so a segment file lost from the middle of the log
 //! is always noticed. Raft itself never leaves a gap in the log; openraft's
@@ -55,6 +62,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use arbor_protocol::codec;
@@ -66,6 +74,7 @@ use crate::storage::txnlog::format::{
     parse_record_header, record_crc, RECORD_BYTES_MAX, RECORD_HEADER_BYTES,
 };
 use crate::storage::txnlog::FsyncPolicy;
+use crate::storage::write_zeros;
 
 pub const MAGIC: [u8; 8] = *b"ARBORRLG";
 pub const FORMAT_VERSION: u32 = 1;
@@ -235,6 +244,8 @@ struct Segment {
     path: PathBuf,
     /// Byte offset of the end of record k (the header ends at HEADER_BYTES).
     ends: Vec<u64>,
+    /// The file's length: the records, then preallocated zeros.
+    file_bytes: u64,
 }
 
 impl Segment {
@@ -262,6 +273,8 @@ pub struct LogOptions {
     /// A new segment is started once the current one is this large.
     pub segment_bytes_max: u64,
     pub fsync: FsyncPolicy,
+    /// Zeros written ahead of the records at a time (0: none).
+    pub preallocate_bytes: u64,
 }
 
 /// The log's segment files, open for appending to the last.
@@ -323,7 +336,7 @@ impl LogFiles {
             segments.push(segment);
         }
         let active = match segments.last() {
-            Some(segment) => Some(open_append(&segment.path)?),
+            Some(segment) => Some(open_write(&segment.path)?),
             None => None,
         };
         let mut files = Self {
@@ -371,9 +384,18 @@ impl LogFiles {
             .last_mut()
             .expect("a segment was just ensured");
         let file = self.active.as_mut().expect("the last segment is open");
-        file.write_all(&batch.bytes)
-            .map_err(io("write", &segment.path))?;
         let base = segment.end();
+        let end = base + batch.bytes.len() as u64;
+        if end > segment.file_bytes && self.options.preallocate_bytes > 0 {
+            // Whole chunks, but not far past the roll point.
+            let chunk = self.options.preallocate_bytes;
+            let grown = (end.div_ceil(chunk) * chunk).min(self.options.segment_bytes_max.max(end));
+            write_zeros(file, segment.file_bytes..grown).map_err(io("grow", &segment.path))?;
+            segment.file_bytes = grown;
+        }
+        file.write_all_at(&batch.bytes, base)
+            .map_err(io("write", &segment.path))?;
+        segment.file_bytes = segment.file_bytes.max(end);
         segment.ends.extend(batch.ends.iter().map(|end| base + end));
         self.dirty = true;
         Ok(())
@@ -393,9 +415,20 @@ impl LogFiles {
         Ok(())
     }
 
-    /// Syncs the segment being closed, then creates the next one durably.
+    /// Syncs the segment being closed and trims its zeros, then creates the
+    /// next one durably.
     fn start_segment(&mut self, first_index: u64) -> Result<(), LogError> {
         self.sync()?;
+        if let (Some(file), Some(segment)) = (&self.active, self.segments.last_mut()) {
+            if segment.file_bytes > segment.end() {
+                file.set_len(segment.end())
+                    .map_err(io("trim", &segment.path))?;
+                if self.options.fsync == FsyncPolicy::Always {
+                    file.sync_all().map_err(io("fsync", &segment.path))?;
+                }
+                segment.file_bytes = segment.end();
+            }
+        }
         let prev_index = self.last_index();
         let path = self.dir.join(segment_file_name(first_index));
         let mut file = OpenOptions::new()
@@ -410,16 +443,12 @@ impl LogFiles {
             file.sync_all().map_err(io("fsync", &path))?;
             sync_dir(&self.dir)?;
         }
-        // Records are appended through a handle in append mode only: a
-        // truncation moves the end of the file, and a positioned handle
-        // would then write past it, leaving a hole of zeros.
-        drop(file);
-        let file = open_append(&path)?;
         self.segments.push(Segment {
             first_index,
             prev_index,
             path,
             ends: Vec::new(),
+            file_bytes: HEADER_BYTES as u64,
         });
         self.active = Some(file);
         Ok(())
@@ -456,9 +485,10 @@ impl LogFiles {
             if self.options.fsync == FsyncPolicy::Always {
                 file.sync_all().map_err(io("fsync", &segment.path))?;
             }
+            segment.file_bytes = len;
         }
         if self.active.is_none() {
-            self.active = Some(open_append(&segment.path)?);
+            self.active = Some(open_write(&segment.path)?);
         }
         Ok(())
     }
@@ -488,9 +518,10 @@ impl LogFiles {
     }
 }
 
-fn open_append(path: &Path) -> Result<File, LogError> {
+/// Records are written at their offsets (the file may be longer: zeros).
+fn open_write(path: &Path) -> Result<File, LogError> {
     OpenOptions::new()
-        .append(true)
+        .write(true)
         .open(path)
         .map_err(io("open", path))
 }
@@ -593,9 +624,14 @@ fn read_segment(
         prev_index,
         path: path.to_owned(),
         ends: Vec::new(),
+        file_bytes: bytes.len() as u64,
     };
     let mut offset = HEADER_BYTES;
     while offset < bytes.len() {
+        if last && bytes[offset..].iter().all(|b| *b == 0) {
+            // Preallocated space: the end of the log.
+            break;
+        }
         let expected = segment.next_index();
         let problem = match parse_record(&bytes, offset) {
             Ok(parsed) if parsed.record.position.index == expected => {
@@ -626,6 +662,7 @@ fn read_segment(
         }
         tracing::warn!(path = %path.display(), offset, bytes = bytes.len() - offset, %problem, "cutting the torn tail of the replicated log");
         cut(path, offset as u64, fsync)?;
+        segment.file_bytes = offset as u64;
         break;
     }
     Ok(Some(segment))

@@ -52,6 +52,7 @@ pub(super) fn options() -> LogOptions {
     LogOptions {
         segment_bytes_max: 512,
         fsync: FsyncPolicy::Always,
+        preallocate_bytes: 256,
     }
 }
 
@@ -191,6 +192,7 @@ async fn a_suffix_cut_inside_the_open_segment_is_overwritten_in_place() {
     let big = LogOptions {
         segment_bytes_max: 1 << 20,
         fsync: FsyncPolicy::Always,
+        preallocate_bytes: 64 * 1024,
     };
     let (mut store, thread) = LogStore::open(&dir.0.join("raft"), big.clone()).expect("opens");
     append(
@@ -219,7 +221,12 @@ async fn a_torn_tail_is_cut_and_damage_before_a_whole_record_is_refused() {
     // A crash mid-write loses only the unsynced tail; a flipped byte in the
     // middle stops the start instead of silently dropping entries.
     let dir = TempDir::new("torn");
-    let (mut store, thread) = open(&dir.0);
+    // Written without zeros ahead, so the file ends where the records do.
+    let unpadded = LogOptions {
+        preallocate_bytes: 0,
+        ..options()
+    };
+    let (mut store, thread) = LogStore::open(&dir.0.join("raft"), unpadded).expect("opens");
     append(
         &mut store,
         (1..=3).map(|i| command(i, 1, &format!("/n{i}"))).collect(),
@@ -240,6 +247,18 @@ async fn a_torn_tail_is_cut_and_damage_before_a_whole_record_is_refused() {
     append(&mut store, vec![command(3, 1, "/again")]).await;
     drop(store);
     thread.join();
+    // Zeros written ahead of the records are not a torn tail.
+    let padded = std::fs::read(&segment).expect("reads");
+    assert!(padded.len() > whole.len() && padded.ends_with(&[0; 16]));
+    let (mut store, thread) = open(&dir.0);
+    assert_eq!(indexes(&mut store).await, vec![(1, 1), (1, 2), (1, 3)]);
+    drop(store);
+    thread.join();
+    assert_eq!(
+        std::fs::read(&segment).expect("reads"),
+        padded,
+        "left as it was"
+    );
 
     let mut damaged = std::fs::read(&segment).expect("reads");
     damaged[40] ^= 0xff; // inside the first record (the header is 32 bytes)

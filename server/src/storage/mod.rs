@@ -19,7 +19,28 @@ pub mod snapshotter;
 pub mod txnlog;
 pub mod wal;
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+/// Zeros written per call while preallocating.
+const ZERO_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Writes zeros over `range` of `file`: the logs' space ahead of their
+/// records. Real zeros, not a hole (`set_len`): appending into a hole
+/// allocates blocks, and every fdatasync then commits that to the journal.
+/// Measured here, a 3 KB append plus fdatasync: 160 µs growing the file or
+/// into a hole, 118 µs into written zeros.
+pub(crate) fn write_zeros(file: &File, range: std::ops::Range<u64>) -> std::io::Result<()> {
+    let zeros = [0u8; ZERO_CHUNK_BYTES];
+    let mut at = range.start;
+    while at < range.end {
+        let n = (range.end - at).min(ZERO_CHUNK_BYTES as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
 
 /// How much of a file being deleted is freed per step, and the pause after
 /// each step (the log's syncs go in between).

@@ -24,6 +24,7 @@ use super::format::{continues, encode_header, encode_record, segment_file_name, 
 use super::reader::LogTail;
 use super::{list_segments, sync_dir};
 use crate::storage::error::StorageError;
+use crate::storage::write_zeros;
 use crate::txn::TxnEntry;
 
 /// Segment size past which the writer starts a new segment.
@@ -390,9 +391,7 @@ fn write_batch(
         // near segment_bytes_max unless one batch is larger.
         let chunked = end.div_ceil(options.preallocate_bytes) * options.preallocate_bytes;
         let grown = chunked.min(options.segment_bytes_max.max(end));
-        segment
-            .file
-            .set_len(grown)
+        write_zeros(&segment.file, segment.file_bytes..grown)
             .map_err(StorageError::io("grow", &segment.path))?;
         segment.file_bytes = grown;
     }
