@@ -54,7 +54,10 @@
 //! The [`session::SessionTracker`] keeps deadlines in tick-sized buckets
 //! ([`session::ExpiryQueue`]); any request or ping moves a session's deadline.
 //! Once per tick the expired sessions are proposed for closing. A session can
-//! move to a new connection with its id and password while it is alive.
+//! move to a new connection with its id and password while it is alive; the
+//! move waits until the old connection reads no more and then goes through
+//! the log (`MoveSession`), so everything the session asked before is
+//! applied by the time the new connection takes a request.
 //!
 //! ## The ensemble
 //!

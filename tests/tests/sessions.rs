@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use arbor_protocol::{CreateMode, ErrorCode, EventType, Op, OpResult, SessionCredentials};
+use arbor_protocol::{
+    ClientMessage, CreateMode, ErrorCode, EventType, Op, OpResult, SessionCredentials,
+};
 use arbor_tests::{RawConnection, TestServer, TEST_TICK_MS};
 
 async fn create_ephemeral(conn: &mut RawConnection, path: &str) {
@@ -233,4 +235,77 @@ async fn connections_per_address_are_limited() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (mut again, _) = RawConnection::session(server.addr(), 4000).await;
     assert_eq!(again.request(Op::Ping).await.0, Ok(OpResult::Pong));
+}
+
+async fn children(conn: &mut RawConnection, path: &str) -> Vec<String> {
+    let list = Op::GetChildren {
+        path: path.into(),
+        watch: false,
+    };
+    match conn.request(list).await.0 {
+        Ok(OpResult::Children { mut names, .. }) => {
+            names.sort();
+            names
+        }
+        other => panic!("children of {path}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_resume_is_ordered_after_everything_the_old_connection_sent() {
+    // The client's old connection dies with writes in flight (their replies
+    // lost). On its new connection the session must already see every one
+    // of them that will ever land, in order, and none may land later: a
+    // retry after a lost reply (the lock recipe's protected create) relies
+    // on it, or it makes its node twice and waits on itself.
+    let server = TestServer::start();
+    let (mut setup, _) = RawConnection::session(server.addr(), 4000).await;
+    let dir = Op::Create {
+        path: "/d".into(),
+        data: vec![],
+        mode: CreateMode::Persistent,
+    };
+    assert!(setup.request(dir).await.0.is_ok());
+    for round in 0..5 {
+        let (mut old, granted) = RawConnection::session(server.addr(), 4000).await;
+        for n in 0..300 {
+            let create = Op::Create {
+                path: format!("/d/r{round}-{n:04}"),
+                data: vec![0; 64],
+                mode: CreateMode::Persistent,
+            };
+            old.send(&ClientMessage::Request {
+                xid: n + 1,
+                op: create,
+            })
+            .await;
+        }
+        let credentials = SessionCredentials {
+            id: granted.session_id,
+            password: granted.password,
+        };
+        let mut new = RawConnection::open(server.addr()).await;
+        new.handshake(4000, Some(credentials), 0)
+            .await
+            .expect("resumes");
+        let prefix = format!("r{round}-");
+        let seen: Vec<String> = children(&mut new, "/d")
+            .await
+            .into_iter()
+            .filter(|name| name.starts_with(&prefix))
+            .collect();
+        let in_order: Vec<String> = (0..seen.len()).map(|n| format!("{prefix}{n:04}")).collect();
+        assert_eq!(seen, in_order, "a prefix of what was sent, in order");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let later = children(&mut new, "/d")
+            .await
+            .into_iter()
+            .filter(|name| name.starts_with(&prefix))
+            .count();
+        assert_eq!(
+            later,
+            seen.len(),
+            "round {round}: a write of the old connection landed after the resume"
+        );
+    }
 }

@@ -17,6 +17,9 @@ pub struct ConnectionHandle {
     pub outbound: mpsc::Sender<ServerMessage>,
     /// Cancelled to make the connection stop reading and close.
     pub closer: CancellationToken,
+    /// Cancelled once the connection reads no more: everything it read
+    /// has been handed to the committer (or answered).
+    pub reader_done: CancellationToken,
 }
 
 #[derive(Debug, Default)]

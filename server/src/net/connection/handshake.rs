@@ -1,6 +1,11 @@
 //! The handshake: the first frame must be a `Connect` this server can
-//! serve. Prep opens or resumes the session; the connection then becomes
-//! the session's, and the one it replaces (if any) is told to close.
+//! serve. Prep opens the session, or checks the resumed one; the connection
+//! then becomes the session's, and the one it replaces (if any) is told to
+//! close. A resume is answered only once everything the session asked
+//! before is ordered ahead of it: the old connection has stopped reading
+//! (all it read is with the committer) and the resume's claim, behind it
+//! in the log, is applied. A client that lost a reply and asks again on the
+//! new connection sees what its lost request did.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +25,10 @@ use crate::context::Shared;
 use crate::net::ConnectionHandle;
 use crate::pipeline::prep::sessions::{self, Refusal};
 
+/// How long a resume waits for the session's previous connection to stop
+/// reading. It stops at its next step; only a full commit queue delays it.
+const PREVIOUS_READER_STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// Opens or resumes a session. On failure, returns what to tell the client.
 pub(super) async fn handshake<S: AsyncRead>(
     frames: &mut Frames<S>,
@@ -36,11 +45,12 @@ pub(super) async fn handshake<S: AsyncRead>(
         );
         return Err(Some(closing(ErrorCode::Unavailable, message)));
     }
-    let granted = match request.session {
+    let refused = |Refusal { code, message }| Some(closing(code, message));
+    let grant = match request.session {
         None => sessions::open(shared, request.session_timeout_ms).await,
-        Some(credentials) => sessions::resume(shared, credentials.id, credentials.password).await,
-    };
-    let grant = granted.map_err(|Refusal { code, message }| Some(closing(code, message)))?;
+        Some(credentials) => sessions::check(shared, credentials.id, credentials.password),
+    }
+    .map_err(refused)?;
     let session_id = grant.session_id;
 
     let connection_id = handle.connection_id;
@@ -62,6 +72,19 @@ pub(super) async fn handshake<S: AsyncRead>(
             "session resumed on another connection",
         ));
         previous.closer.cancel();
+        let stopped =
+            tokio::time::timeout(PREVIOUS_READER_STOP_WAIT, previous.reader_done.cancelled()).await;
+        if stopped.is_err() {
+            shared.connections.lock().detach(session_id, connection_id);
+            let message = "the session's previous connection did not stop in time; try again";
+            return Err(Some(closing(ErrorCode::Unavailable, message)));
+        }
+    }
+    if request.session.is_some() {
+        if let Err(refusal) = sessions::claim(shared, session_id).await {
+            shared.connections.lock().detach(session_id, connection_id);
+            return Err(refused(refusal));
+        }
     }
     let config = &shared.config;
     let response = ConnectResponse {

@@ -109,10 +109,14 @@ where
         closer.clone(),
     ));
 
+    let reader_done = CancellationToken::new();
+    // However the connection ends, it reads no more.
+    let _reader_done = reader_done.clone().drop_guard();
     let handle = ConnectionHandle {
         connection_id,
         outbound: outbound.clone(),
         closer: closer.clone(),
+        reader_done: reader_done.clone(),
     };
     match handshake::handshake(&mut frames, &shared, handle, peer).await {
         Ok(session_id) => {
@@ -132,6 +136,7 @@ where
                 outbound: &outbound,
             };
             reader::read_loop(&mut frames, queues, &shared, session_id, &closer).await;
+            reader_done.cancel();
             drop(pending_tx);
             let _ = responder.await;
             let still_ours = shared.connections.lock().detach(session_id, connection_id);

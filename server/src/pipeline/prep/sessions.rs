@@ -1,7 +1,7 @@
 //! Sessions as prep makes them: a new session's id, password and timeout
 //! are chosen here and go through the log as a txn; a resume is checked
-//! against the session table (password, liveness) and, in an ensemble,
-//! claimed through the log for the member it arrives at.
+//! against the session table (password, liveness), then claimed through
+//! the log, which orders it after every request the session made before.
 
 use std::time::Duration;
 
@@ -71,21 +71,9 @@ pub async fn open(shared: &Shared, requested_ms: u32) -> Result<Grant, Refusal> 
     })
 }
 
-/// Resumes a live session whose password matches; its deadline moves as
-/// for any request. An ensemble member also claims it through the log.
-pub async fn resume(
-    shared: &Shared,
-    session_id: SessionId,
-    password: [u8; SESSION_PASSWORD_BYTES],
-) -> Result<Grant, Refusal> {
-    let grant = check(shared, session_id, password)?;
-    if shared.ensemble().is_some() {
-        claim(shared, session_id).await?;
-    }
-    Ok(grant)
-}
-
-fn check(
+/// A resume of a live session whose password matches; its deadline moves
+/// as for any request. The caller then [`claim`]s it.
+pub fn check(
     shared: &Shared,
     session_id: SessionId,
     password: [u8; SESSION_PASSWORD_BYTES],
@@ -116,11 +104,13 @@ fn check(
     })
 }
 
-/// An ensemble member takes over a session a client resumes here: through
-/// the log, so every write the session made through another member is
-/// ordered before it (and applied here by the time it is answered), and
-/// any it might still make there is refused with `SessionMoved`.
-async fn claim(shared: &Shared, session_id: SessionId) -> Result<(), Refusal> {
+/// Takes over a session a client resumes here, through the log: every
+/// write the session's earlier connections handed over (here, or through
+/// another member) is ordered before the claim and applied by the time it
+/// is answered, so the client's next request sees them, as a session's
+/// requests must. In an ensemble any write the session might still make
+/// through another member is refused after it with `SessionMoved`.
+pub async fn claim(shared: &Shared, session_id: SessionId) -> Result<(), Refusal> {
     propose_through_leader_changes(shared, Txn::MoveSession { session_id }, |_, _| false)
         .await
         .map_err(|code| {
