@@ -38,8 +38,9 @@ pub const LOG_IO_QUEUE_MAX: usize = 1024;
 /// behind an unbounded batch.
 pub const LOG_GROUP_COMMIT_MAX: usize = 256;
 /// The committed position is a hint (see [`meta_file::COMMITTED_FILE`]):
-/// replacing its file costs a create and a rename, so it is saved at most
-/// this often, and once more when the log closes.
+/// replacing its file costs a create and a rename, and asking the I/O
+/// thread to do it costs a wake-up, so it is passed on at most this often,
+/// and the newest is saved once more when the log closes.
 const COMMITTED_SAVE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The entries from the last purge on, and the small durable values.
@@ -88,6 +89,8 @@ enum LogIo {
 pub struct LogStore {
     cache: Arc<RwLock<LogCache>>,
     io: mpsc::Sender<LogIo>,
+    /// When the committed position was last passed to the I/O thread.
+    committed_sent_at: Option<Instant>,
 }
 
 /// Reads entries for replication; many may exist at once.
@@ -140,9 +143,11 @@ impl LogStore {
             committed: committed.flatten().map(LogId::from),
         };
         debug!(dir = %dir.display(), entries = cache.entries.len(), last = ?cache.last_log_id(), "opened the replicated log");
+        let cache = Arc::new(RwLock::new(cache));
         let (io, queue) = mpsc::channel(LOG_IO_QUEUE_MAX);
         let writer = LogWriter {
             dir: dir.to_owned(),
+            cache: cache.clone(),
             files,
             sync: options.fsync == FsyncPolicy::Always,
             failed: false,
@@ -156,8 +161,9 @@ impl LogStore {
                 source,
             })?;
         let store = Self {
-            cache: Arc::new(RwLock::new(cache)),
+            cache,
             io,
+            committed_sent_at: None,
         };
         Ok((store, LogIoThread { handle }))
     }
@@ -255,6 +261,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         committed: Option<LogId<MemberId>>,
     ) -> Result<(), StorageError<MemberId>> {
         self.cache.write().committed = committed;
+        let due = self
+            .committed_sent_at
+            .is_none_or(|at| at.elapsed() >= COMMITTED_SAVE_INTERVAL);
+        if !due {
+            return Ok(());
+        }
+        self.committed_sent_at = Some(Instant::now());
         let committed = committed.map(LogPosition::from);
         self.io
             .send(LogIo::SaveCommitted { committed })
@@ -340,6 +353,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 /// The I/O thread's state.
 struct LogWriter {
     dir: PathBuf,
+    /// Shared with the store; read for the committed position at the end.
+    cache: Arc<RwLock<LogCache>>,
     files: LogFiles,
     sync: bool,
     /// After a failed write nothing more is written: the log on disk may
@@ -355,7 +370,6 @@ impl LogWriter {
         // commit, between the appends: it must not cut a group commit
         // short, so only the newest is written, after the group's sync.
         let mut committed = None;
-        let mut committed_saved_at: Option<Instant> = None;
         while let Some(first) = queue.blocking_recv() {
             let mut next = Some(first);
             while let Some(request) = next.take() {
@@ -379,17 +393,13 @@ impl LogWriter {
                 }
             }
             self.complete(&mut flushed);
-            let due = committed_saved_at.is_none_or(|at| at.elapsed() >= COMMITTED_SAVE_INTERVAL);
-            if due {
-                if let Some(committed) = committed.take() {
-                    self.save_committed(&committed);
-                    committed_saved_at = Some(Instant::now());
-                }
+            if let Some(committed) = committed.take() {
+                self.save_committed(&committed);
             }
         }
-        if let Some(committed) = committed.take() {
-            self.save_committed(&committed);
-        }
+        // The newest position, which the store may not have passed on.
+        let newest = self.cache.read().committed.map(LogPosition::from);
+        self.save_committed(&newest);
     }
 
     fn save_committed(&mut self, committed: &Option<LogPosition>) {
