@@ -275,9 +275,15 @@ async fn a_member_added_online_catches_up_and_serves_and_one_can_be_removed() {
     // write, serves reads and takes writes; then a follower is removed and
     // the ensemble goes on with the other three.
     let mut ensemble = TestEnsemble::start(3);
-    let client = Client::connect(&ensemble.addrs(), options())
-        .await
-        .expect("connects");
+    // A membership change is answered once the newcomer has caught up and
+    // the joint change is committed: more than options()' 3 s on a loaded
+    // machine (it failed so once in a full test run).
+    let client = Client::connect(
+        &ensemble.addrs(),
+        options().with_request_timeout(Duration::from_secs(20)),
+    )
+    .await
+    .expect("connects");
     for i in 0..50 {
         client
             .create(
@@ -297,9 +303,12 @@ async fn a_member_added_online_catches_up_and_serves_and_one_can_be_removed() {
     assert!(added.voter, "{status:?}");
     assert_eq!(status.members.len(), 4);
 
-    let newcomer = Client::connect(&client_addr, options())
-        .await
-        .expect("the new member takes clients");
+    let newcomer = Client::connect(
+        &client_addr,
+        options().with_request_timeout(Duration::from_secs(20)),
+    )
+    .await
+    .expect("the new member takes clients");
     newcomer.sync("/").await.expect("syncs");
     let children = newcomer.get_children("/").await.expect("lists");
     assert!(
