@@ -311,13 +311,15 @@ workloads() {
     local round=$1 target=$2 pid
     start_fresh "$target"
     warm_up "$target" "127.0.0.1:$(port_of "$target")"
-    run "$round" "$target" create-64 create --concurrency 64 --conns 8 --count "$LOAD_COUNT"
-    run "$round" "$target" set-64 set --concurrency 64 --conns 8 --count "$LOAD_COUNT"
-    run "$round" "$target" get-64 get --concurrency 64 --conns 8 --count "$GET_COUNT"
-    run "$round" "$target" mixed-64 mixed --concurrency 64 --conns 8 --count "$LOAD_COUNT"
-    run "$round" "$target" delete-64 delete --concurrency 64 --conns 8 --count "$LOAD_COUNT"
-    run "$round" "$target" get-1 get --concurrency 1 --conns 1 --count "$ONE_COUNT"
-    run "$round" "$target" create-1 create --concurrency 1 --conns 1 --count "$ONE_COUNT"
+    # Load rows also report the server's CPU time per op (and arbor-bench's).
+    local cpu=(--server-pid "$(cat "$WORK/$target/pid")")
+    run "$round" "$target" create-64 create --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
+    run "$round" "$target" set-64 set --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
+    run "$round" "$target" get-64 get --concurrency 64 --conns 8 --count "$GET_COUNT" "${cpu[@]}"
+    run "$round" "$target" mixed-64 mixed --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
+    run "$round" "$target" delete-64 delete --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
+    run "$round" "$target" get-1 get --concurrency 1 --conns 1 --count "$ONE_COUNT" "${cpu[@]}"
+    run "$round" "$target" create-1 create --concurrency 1 --conns 1 --count "$ONE_COUNT" "${cpu[@]}"
     run "$round" "$target" lock lock --count "$LOCK_COUNT"
     run "$round" "$target" handoff-10 handoff --waiters 10
     run "$round" "$target" handoff-100 handoff --waiters 100
@@ -508,9 +510,10 @@ ensemble_workloads() {
     local round=$1 target=$2 dir=$WORK/ens-$2
     ens_start_fresh "$target"
     warm_up "$target" "$(ens_servers "$target")"
-    ens_run "$round" "$target" ens-create-64 create --concurrency 64 --conns 9 --count "$LOAD_COUNT"
-    ens_run "$round" "$target" ens-set-64 set --concurrency 64 --conns 9 --count "$LOAD_COUNT"
-    ens_run "$round" "$target" ens-get-64 get --concurrency 64 --conns 9 --count "$GET_COUNT"
+    local cpu=(--server-pid "$(cat "$dir"/m*/pid | paste -sd, -)")
+    ens_run "$round" "$target" ens-create-64 create --concurrency 64 --conns 9 --count "$LOAD_COUNT" "${cpu[@]}"
+    ens_run "$round" "$target" ens-set-64 set --concurrency 64 --conns 9 --count "$LOAD_COUNT" "${cpu[@]}"
+    ens_run "$round" "$target" ens-get-64 get --concurrency 64 --conns 9 --count "$GET_COUNT" "${cpu[@]}"
     # kill -9 of the leader, KILLS times; {member} is its number in --server.
     ens_run "$round" "$target" ens-failover failover --kills "$KILLS" \
         --kill-cmd "'$dir/kill-member.sh' {member}" --start-cmd "'$dir/start-member.sh' {member}"

@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod cpu;
 mod proxy;
 mod stats;
 mod target;

@@ -76,6 +76,34 @@ fn load_workloads_report_one_json_line() {
     }
 }
 
+// Proves a load row says what the server and the load generator spent.
+#[test]
+fn load_reports_cpu_per_op_of_server_and_load_generator() {
+    let server = TestServer::start();
+    let pid = server.pid().to_string();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "set",
+        "--count",
+        "5000",
+        "--keys",
+        "50",
+        "--server-pid",
+        &pid,
+    ]);
+    let per_op = |key: &str| report[key].as_f64().unwrap_or(-1.0);
+    // A set costs the server a syscall or two at least, and far less than
+    // a millisecond of CPU.
+    assert!(
+        (1.0..1000.0).contains(&per_op("server_cpu_us_per_op")),
+        "{report}"
+    );
+    assert!(per_op("bench_cpu_us_per_op") >= 0.0, "{report}");
+    let without = bench(&["--server", server.addr(), "get", "--count", "100"]);
+    assert!(without.get("server_cpu_us_per_op").is_none(), "{without}");
+}
+
 // Proves --secs alone bounds a run by time (no --count needed).
 #[test]
 fn secs_limits_a_run() {

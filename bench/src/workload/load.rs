@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 
 use super::{close_all, create_keys, fresh_root, pipelined, remove_all, Env, Limit, Op, Plan};
+use crate::cpu::CpuMark;
 use crate::stats::{Report, Summary};
 use crate::target::{ConnectOptions, MAX_IN_FLIGHT_PER_SESSION};
 
@@ -38,6 +39,10 @@ pub struct LoadArgs {
     /// Nodes in the key space of get, set and mixed.
     #[arg(long, default_value_t = 1000)]
     pub keys: usize,
+    /// Server processes (comma-separated pids) whose CPU time per op to
+    /// report, with the load generator's own.
+    #[arg(long, value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
 }
 
 /// Which single-op workload.
@@ -129,7 +134,9 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
         data,
     });
     let limit = Limit { count, duration };
+    let cpu_before = CpuMark::now(&args.server_pid)?;
     let mut run = pipelined(&sessions, args.concurrency, limit, plan.clone()).await?;
+    let cpu_after = CpuMark::now(&args.server_pid)?;
 
     if !env.keep {
         eprintln!("arbor-bench: {name}: cleaning up");
@@ -154,6 +161,11 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
     if matches!(workload, Kind::Get | Kind::Set | Kind::Mixed) {
         report.field("keys", args.keys);
     }
+    let (server_cpu, bench_cpu) = cpu_before.per_op_since(&cpu_after, run.ops);
+    if !args.server_pid.is_empty() {
+        report.field("server_cpu_us_per_op", server_cpu);
+    }
+    report.field("bench_cpu_us_per_op", bench_cpu);
     if workload == Kind::Mixed {
         report.field("set_percent", super::MIXED_SET_PERCENT);
     }
