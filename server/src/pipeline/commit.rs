@@ -156,6 +156,18 @@ impl Committer {
         Ok(())
     }
 
+    /// Queues `proposal` with a reply channel; the receiver yields its
+    /// result once applied (closed if its outcome will never be known).
+    pub async fn propose_answered(
+        &self,
+        mut proposal: Proposal,
+    ) -> Result<oneshot::Receiver<WriteResult>, ErrorCode> {
+        let (reply, result) = oneshot::channel();
+        proposal.reply = Some(reply);
+        self.propose(proposal).await?;
+        Ok(result)
+    }
+
     /// Commits `proposal` on the calling thread if nothing is queued and
     /// nobody is committing; otherwise hands it back, to be queued. The
     /// result is returned, not sent to `proposal.reply`. The caller must have

@@ -11,7 +11,7 @@ use arbor_protocol::codec;
 use arbor_protocol::{ClientMessage, ErrorCode, ServerMessage, SessionId};
 use futures_util::StreamExt;
 use tokio::io::AsyncRead;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -142,10 +142,8 @@ async fn submit(shared: &Shared, xid: u64, mut proposal: Proposal, inline: bool)
             Err(back) => proposal = back,
         }
     }
-    let (reply, result) = oneshot::channel();
-    proposal.reply = Some(reply);
-    match shared.committer.propose(proposal).await {
-        Ok(()) => Pending::Write { xid, result },
+    match shared.committer.propose_answered(proposal).await {
+        Ok(result) => Pending::Write { xid, result },
         Err(code) => Pending::Ready {
             xid,
             result: Err(code),

@@ -6,10 +6,8 @@
 use std::time::Duration;
 
 use arbor_protocol::{ErrorCode, SessionId, SESSION_PASSWORD_BYTES};
-use tokio::sync::oneshot;
 
 use crate::context::Shared;
-use crate::pipeline::commit::WriteResult;
 use crate::session::negotiate_timeout_ms;
 use crate::txn::Txn;
 
@@ -131,7 +129,8 @@ async fn propose_through_leader_changes(
     landed: impl Fn(u32, ErrorCode) -> bool,
 ) -> Result<(), ErrorCode> {
     for attempt in 1..=HANDSHAKE_PROPOSAL_ATTEMPTS {
-        let result = propose(shared, txn.clone()).await?;
+        let proposal = super::proposal(shared, txn.clone());
+        let result = shared.committer.propose_answered(proposal).await?;
         let code = match result.await {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(code)) if landed(attempt, code) => return Ok(()),
@@ -145,14 +144,4 @@ async fn propose_through_leader_changes(
         tokio::time::sleep(HANDSHAKE_PROPOSAL_RETRY_PAUSE).await;
     }
     Err(ErrorCode::Unavailable)
-}
-
-/// Queues a txn for the committer; the receiver yields its result once
-/// applied.
-async fn propose(shared: &Shared, txn: Txn) -> Result<oneshot::Receiver<WriteResult>, ErrorCode> {
-    let (reply, result) = oneshot::channel();
-    let mut proposal = super::proposal(shared, txn);
-    proposal.reply = Some(reply);
-    shared.committer.propose(proposal).await?;
-    Ok(result)
 }
