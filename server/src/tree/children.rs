@@ -1,8 +1,8 @@
 //! The names of a node's children, stored without a copy of any name.
 //!
-//! Each child is kept as its full path: the same `Arc<str>` the node map
-//! uses as the child's key, so holding a child costs a reference count, not
-//! an allocation per name. It is hashed and found by that full path (the
+//! Each child is kept as its full path: the same [`PathKey`] the node map
+//! uses as the child's key, so holding a child costs one word and a
+//! reference count, not an allocation per name. It is hashed and found by that full path (the
 //! caller always has it), so no operation but a listing looks for the name.
 //! The set is a hash set, as ZooKeeper's: adding the millionth child of a
 //! queue or a bulk load costs one hash and one probe, where an ordered set
@@ -14,18 +14,19 @@
 use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
+use super::PathKey;
+
 /// A child, held, hashed and compared by its full path.
 #[derive(Debug, Clone)]
-pub struct ChildName(Arc<str>);
+pub struct ChildName(PathKey);
 
 impl ChildName {
     /// `path` must be a child path (`/parent/name`); the name is what follows
     /// its last `/`.
-    pub fn new(path: Arc<str>) -> Self {
+    pub fn new(path: PathKey) -> Self {
         debug_assert!(path.len() > 1 && path.starts_with('/'), "{path}");
         ChildName(path)
     }
@@ -123,7 +124,7 @@ mod tests {
     use super::*;
 
     fn child(path: &str) -> ChildName {
-        ChildName::new(Arc::from(path))
+        ChildName::new(PathKey::new(path))
     }
 
     fn names(children: &Children) -> Vec<&str> {

@@ -7,7 +7,6 @@
 //! every op passes are they applied, so a failed write changes nothing.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 
 use arbor_protocol::path;
 use arbor_protocol::{
@@ -17,6 +16,7 @@ use arbor_protocol::{
 use super::children::{ChildName, Children};
 use super::node::{Node, NodeKind};
 use super::node_map::{NodeMap, NodeRef};
+use super::PathKey;
 use crate::txn::Txn;
 
 /// Children one node may have. A constant, not a setting: apply must give the
@@ -64,7 +64,7 @@ pub enum Change {
 pub struct DataTree {
     nodes: NodeMap,
     /// The children of every node that has any, by the parent's path.
-    children: HashMap<Arc<str>, Children, foldhash::fast::RandomState>,
+    children: HashMap<PathKey, Children, foldhash::fast::RandomState>,
     ephemerals: HashMap<SessionId, BTreeSet<String>>,
     containers: BTreeSet<String>,
     ttls: BTreeSet<String>,
@@ -126,7 +126,7 @@ impl DataTree {
     pub fn new() -> Self {
         let root = Node::new(&[], NodeKind::Persistent, 0, 0, 0);
         let mut nodes = NodeMap::new();
-        nodes.insert(Arc::from("/"), NodeRef::new(root));
+        nodes.insert(PathKey::new("/"), NodeRef::new(root));
         Self {
             nodes,
             children: HashMap::default(),
@@ -306,7 +306,7 @@ impl DataTree {
         let parent = self
             .node_mut(parent_path)
             .expect("check_op verified the parent exists");
-        let key: Arc<str> = Arc::from(path);
+        let key = PathKey::new(path);
 
         parent.num_children += 1;
         parent.cversion = parent.cversion.wrapping_add(1);
@@ -470,7 +470,7 @@ pub struct TreeBuilder {
     tree: DataTree,
     /// Every path in the order added (snapshots list them sorted, so each
     /// parent's children arrive together).
-    order: Vec<Arc<str>>,
+    order: Vec<PathKey>,
 }
 
 impl Default for TreeBuilder {
@@ -495,7 +495,7 @@ impl TreeBuilder {
 
     /// Adds one node (children lists are built by [`TreeBuilder::finish`]).
     pub fn add(&mut self, path: String, node: Node) -> Result<(), String> {
-        let path: Arc<str> = Arc::from(path);
+        let path = PathKey::new(&path);
         if self
             .tree
             .nodes
@@ -517,7 +517,7 @@ impl TreeBuilder {
         }
         // Gather each parent's children, then build every set in one go,
         // sized once instead of grown.
-        let mut children: HashMap<Arc<str>, Vec<ChildName>> = HashMap::new();
+        let mut children: HashMap<PathKey, Vec<ChildName>> = HashMap::new();
         for path in &order {
             let node = tree.nodes.get(path).expect("added above");
             let (kind, owner) = (node.kind(), node.ephemeral_owner());

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
-use super::Node;
+use super::{Node, PathKey};
 
 /// Shards of the node map. More shards: smaller copies per write during a
 /// snapshot, a slightly larger fixed cost per view.
@@ -23,7 +23,7 @@ pub const NODE_SHARDS: usize = 1024;
 /// Keyed with foldhash, randomly seeded per process (the shard choice below
 /// too): several times faster than SipHash on paths, which showed up at 8 %
 /// of a log replay.
-type Shard = HashMap<Arc<str>, NodeRef, RandomState>;
+type Shard = HashMap<PathKey, NodeRef, RandomState>;
 
 /// A shared node. No weak count (std's `Arc` has one): 8 bytes less per
 /// node, the difference between the 96- and 112-byte allocation classes.
@@ -62,7 +62,7 @@ impl NodeMap {
         self.shards[self.shard(path)].get(path)
     }
 
-    pub fn get_key_value(&self, path: &str) -> Option<(&Arc<str>, &NodeRef)> {
+    pub fn get_key_value(&self, path: &str) -> Option<(&PathKey, &NodeRef)> {
         self.shards[self.shard(path)].get_key_value(path)
     }
 
@@ -78,7 +78,7 @@ impl NodeMap {
             .map(NodeRef::make_mut)
     }
 
-    pub fn insert(&mut self, path: Arc<str>, node: NodeRef) -> Option<NodeRef> {
+    pub fn insert(&mut self, path: PathKey, node: NodeRef) -> Option<NodeRef> {
         let shard = self.shard(&path);
         let old = Arc::make_mut(&mut self.shards[shard]).insert(path, node);
         if old.is_none() {
@@ -104,7 +104,7 @@ impl NodeMap {
         self.len == 0
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &NodeRef)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&PathKey, &NodeRef)> {
         self.shards.iter().flat_map(|shard| shard.iter())
     }
 }
@@ -124,12 +124,12 @@ mod tests {
     fn a_clone_is_frozen_while_the_original_changes() {
         let mut map = NodeMap::new();
         for i in 0..5000 {
-            map.insert(Arc::from(format!("/n{i}").as_str()), node(0));
+            map.insert(PathKey::new(&format!("/n{i}")), node(0));
         }
         let view = map.clone();
         map.get_mut("/n7").expect("exists").version = 9;
         map.remove("/n8");
-        map.insert(Arc::from("/new"), node(1));
+        map.insert(PathKey::new("/new"), node(1));
         assert_eq!(view.get("/n7").expect("in view").version, 0);
         assert!(view.get("/n8").is_some() && view.get("/new").is_none());
         assert_eq!((view.len(), map.len()), (5000, 5000));
