@@ -11,10 +11,14 @@
 //! the server drops a session's watches when its connection ends, and the
 //! client registers them again on the next one.
 
+use std::hash::BuildHasher;
+
 // foldhash, randomly seeded: every change looks its path up here, and
 // SipHash showed in profiles of write load; the seed keeps clients from
 // choosing colliding paths.
+use foldhash::fast::RandomState;
 use foldhash::{HashMap, HashMapExt, HashSet};
+use hashbrown::HashTable;
 
 use arbor_protocol::{path, ErrorCode, EventType, SessionId, WatchEvent, WatcherKind, Zxid};
 
@@ -33,37 +37,169 @@ pub enum WatchKind {
     PersistentRecursive,
 }
 
-type Watchers = HashMap<String, HashSet<SessionId>>;
+/// A set of [`WatchKind`]s, one bit each.
+type Kinds = u8;
+
+impl WatchKind {
+    const fn bit(self) -> Kinds {
+        match self {
+            WatchKind::Data => 1,
+            WatchKind::Child => 2,
+            WatchKind::Persistent => 4,
+            WatchKind::PersistentRecursive => 8,
+        }
+    }
+}
+
+/// One session's registrations on one path.
+#[derive(Debug, Clone, Copy)]
+struct Watcher {
+    session_id: SessionId,
+    kinds: Kinds,
+}
+
+/// The sessions watching one path. Most paths have one (a lock waiter's
+/// predecessor, a worker's own node), kept inline.
+#[derive(Debug)]
+enum Watchers {
+    One(Watcher),
+    // Boxed, the enum is 24 bytes rather than 32; a path with two watchers
+    // can afford the second allocation.
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<Watcher>>),
+}
+
+impl Watchers {
+    fn as_slice(&self) -> &[Watcher] {
+        match self {
+            Watchers::One(watcher) => std::slice::from_ref(watcher),
+            Watchers::Many(watchers) => watchers,
+        }
+    }
+
+    fn get_mut(&mut self, session_id: SessionId) -> Option<&mut Watcher> {
+        match self {
+            Watchers::One(watcher) => Some(watcher).filter(|w| w.session_id == session_id),
+            Watchers::Many(watchers) => watchers.iter_mut().find(|w| w.session_id == session_id),
+        }
+    }
+
+    fn push(&mut self, watcher: Watcher) {
+        match self {
+            Watchers::One(first) => *self = Watchers::Many(Box::new(vec![*first, watcher])),
+            Watchers::Many(watchers) => watchers.push(watcher),
+        }
+    }
+
+    /// Keeps the watchers `keep` says to (it may change their kinds);
+    /// returns whether none is left.
+    fn retain(&mut self, mut keep: impl FnMut(&mut Watcher) -> bool) -> bool {
+        match self {
+            Watchers::One(watcher) => !keep(watcher),
+            Watchers::Many(watchers) => {
+                watchers.retain_mut(keep);
+                match watchers.as_slice() {
+                    [] => true,
+                    [only] => {
+                        *self = Watchers::One(*only);
+                        false
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+}
+
+/// Everyone watching one path. The path is held here once, however many
+/// sessions and kinds watch it: a watch costs its path and a few words, not
+/// two copies of the path and a set per kind.
+#[derive(Debug)]
+struct Watched {
+    path: Box<str>,
+    watchers: Watchers,
+}
+
+impl Watched {
+    fn has(&self, session_id: SessionId) -> bool {
+        self.watchers
+            .as_slice()
+            .iter()
+            .any(|w| w.session_id == session_id)
+    }
+}
+
+/// What the manager knows of one session: enough to find its watches again
+/// without a second copy of their paths.
+#[derive(Debug, Default)]
+struct SessionWatches {
+    /// Registrations, each (kind, path) once: what the limit counts.
+    count: usize,
+    /// The hashes of the paths it watches. A hash that two paths share
+    /// finds both; the session is looked for in each.
+    hashes: HashSet<u64>,
+}
 
 #[derive(Debug)]
 pub struct WatchManager {
-    data: Watchers,
-    child: Watchers,
-    persistent: Watchers,
-    recursive: Watchers,
-    by_session: HashMap<SessionId, HashSet<(WatchKind, String)>>,
+    /// Watched paths, boxed so that a table slot is one word: the table is
+    /// rehashed as it grows, and most lookups (every change is one) miss.
+    paths: HashTable<Box<Watched>>,
+    by_session: HashMap<SessionId, SessionWatches>,
+    /// Recursive registrations: while there are none, a change does not
+    /// look up its ancestors.
+    recursive: usize,
+    hasher: RandomState,
     watches_per_session_max: usize,
+    /// Every path hashes alike: only tests set it, to exercise collisions.
+    collide: bool,
+}
+
+fn path_hash(hasher: &RandomState, collide: bool, path: &str) -> u64 {
+    if collide {
+        0
+    } else {
+        hasher.hash_one(path)
+    }
+}
+
+/// One-shot kinds a change fires and clears, and whether recursive watches
+/// of the path and its ancestors fire; persistent watches of the path
+/// always do.
+fn fired_by(change: &Change) -> (EventType, &str, Kinds, bool) {
+    let data = WatchKind::Data.bit();
+    let child = WatchKind::Child.bit();
+    match change {
+        Change::Created(p) => (EventType::NodeCreated, p, data, true),
+        Change::DataChanged(p) => (EventType::NodeDataChanged, p, data, true),
+        Change::Deleted(p) => (EventType::NodeDeleted, p, data | child, true),
+        Change::ChildrenChanged(p) => (EventType::NodeChildrenChanged, p, child, false),
+    }
 }
 
 impl WatchManager {
     pub fn new(watches_per_session_max: usize) -> Self {
         Self {
-            data: HashMap::new(),
-            child: HashMap::new(),
-            persistent: HashMap::new(),
-            recursive: HashMap::new(),
+            paths: HashTable::new(),
             by_session: HashMap::new(),
+            recursive: 0,
+            hasher: RandomState::default(),
             watches_per_session_max,
+            collide: false,
         }
     }
 
-    fn table(&mut self, kind: WatchKind) -> &mut Watchers {
-        match kind {
-            WatchKind::Data => &mut self.data,
-            WatchKind::Child => &mut self.child,
-            WatchKind::Persistent => &mut self.persistent,
-            WatchKind::PersistentRecursive => &mut self.recursive,
+    /// A manager whose paths all share one hash.
+    #[cfg(test)]
+    fn colliding(watches_per_session_max: usize) -> Self {
+        Self {
+            collide: true,
+            ..Self::new(watches_per_session_max)
         }
+    }
+
+    fn hash(&self, path: &str) -> u64 {
+        path_hash(&self.hasher, self.collide, path)
     }
 
     /// Registers a watch. Registering the same watch twice is one watch.
@@ -73,56 +209,84 @@ impl WatchManager {
         kind: WatchKind,
         path: &str,
     ) -> Result<(), ErrorCode> {
-        let limit = self.watches_per_session_max;
-        let mine = self.by_session.entry(session_id).or_default();
-        let key = (kind, path.to_owned());
-        if mine.contains(&key) {
+        let hash = self.hash(path);
+        let bit = kind.bit();
+        let count = self
+            .by_session
+            .get(&session_id)
+            .map_or(0, |mine| mine.count);
+        let entry = self.paths.find_mut(hash, |w| &*w.path == path);
+        let existing = entry.as_ref().and_then(|w| {
+            w.watchers
+                .as_slice()
+                .iter()
+                .find(|w| w.session_id == session_id)
+        });
+        if existing.is_some_and(|w| w.kinds & bit != 0) {
             return Ok(());
         }
-        if mine.len() >= limit {
+        if count >= self.watches_per_session_max {
             return Err(ErrorCode::LimitExceeded);
         }
-        mine.insert(key);
-        self.table(kind)
-            .entry(path.to_owned())
-            .or_default()
-            .insert(session_id);
+        match entry {
+            Some(watched) => match watched.watchers.get_mut(session_id) {
+                Some(watcher) => watcher.kinds |= bit,
+                None => watched.watchers.push(Watcher {
+                    session_id,
+                    kinds: bit,
+                }),
+            },
+            None => {
+                let watched = Box::new(Watched {
+                    path: path.into(),
+                    watchers: Watchers::One(Watcher {
+                        session_id,
+                        kinds: bit,
+                    }),
+                });
+                let (hasher, collide) = (&self.hasher, self.collide);
+                self.paths
+                    .insert_unique(hash, watched, |w| path_hash(hasher, collide, &w.path));
+            }
+        }
+        let mine = self.by_session.entry(session_id).or_default();
+        mine.count += 1;
+        mine.hashes.insert(hash);
+        if kind == WatchKind::PersistentRecursive {
+            self.recursive += 1;
+        }
         Ok(())
     }
 
     /// Removes a session's watches of the given kinds on `path`. Returns
     /// whether any was there (ZooKeeper answers `NoWatcher` otherwise).
     pub fn remove(&mut self, session_id: SessionId, path: &str, which: WatcherKind) -> bool {
-        let kinds: &[WatchKind] = match which {
-            WatcherKind::Children => &[WatchKind::Child],
-            WatcherKind::Data => &[WatchKind::Data],
-            WatcherKind::Persistent => &[WatchKind::Persistent],
-            WatcherKind::PersistentRecursive => &[WatchKind::PersistentRecursive],
-            WatcherKind::Any => &[
-                WatchKind::Data,
-                WatchKind::Child,
-                WatchKind::Persistent,
-                WatchKind::PersistentRecursive,
-            ],
+        let kinds = match which {
+            WatcherKind::Children => WatchKind::Child.bit(),
+            WatcherKind::Data => WatchKind::Data.bit(),
+            WatcherKind::Persistent => WatchKind::Persistent.bit(),
+            WatcherKind::PersistentRecursive => WatchKind::PersistentRecursive.bit(),
+            WatcherKind::Any => Kinds::MAX,
         };
-        let mut removed = false;
-        for &kind in kinds {
-            removed |= self.remove_one(session_id, kind, path);
-        }
-        removed
-    }
-
-    fn remove_one(&mut self, session_id: SessionId, kind: WatchKind, path: &str) -> bool {
-        let Some(mine) = self.by_session.get_mut(&session_id) else {
+        let hash = self.hash(path);
+        let Ok(mut entry) = self.paths.find_entry(hash, |w| &*w.path == path) else {
             return false;
         };
-        if !mine.remove(&(kind, path.to_owned())) {
+        let mut removed = 0;
+        let none_left = entry.get_mut().watchers.retain(|w| {
+            if w.session_id == session_id {
+                removed = w.kinds & kinds;
+                w.kinds &= !kinds;
+            }
+            w.kinds != 0
+        });
+        if none_left {
+            entry.remove();
+        }
+        if removed == 0 {
             return false;
         }
-        if mine.is_empty() {
-            self.by_session.remove(&session_id);
-        }
-        unregister(self.table(kind), path, session_id);
+        self.forget(session_id, hash, removed);
         true
     }
 
@@ -131,51 +295,100 @@ impl WatchManager {
         let Some(mine) = self.by_session.remove(&session_id) else {
             return;
         };
-        for (kind, path) in mine {
-            unregister(self.table(kind), &path, session_id);
+        for hash in mine.hashes {
+            // Each path of this hash that the session watches (paths may
+            // share a hash).
+            while let Ok(mut entry) = self.paths.find_entry(hash, |w| w.has(session_id)) {
+                let mut kinds = 0;
+                let none_left = entry.get_mut().watchers.retain(|w| {
+                    if w.session_id == session_id {
+                        kinds = w.kinds;
+                    }
+                    w.session_id != session_id
+                });
+                if none_left {
+                    entry.remove();
+                }
+                if kinds & WatchKind::PersistentRecursive.bit() != 0 {
+                    self.recursive -= 1;
+                }
+            }
+        }
+    }
+
+    /// Accounts for `removed` kinds a session no longer has on a path of
+    /// `hash`.
+    fn forget(&mut self, session_id: SessionId, hash: u64, removed: Kinds) {
+        if removed & WatchKind::PersistentRecursive.bit() != 0 {
+            self.recursive -= 1;
+        }
+        let still_there = self
+            .paths
+            .iter_hash(hash)
+            .any(|watched| watched.has(session_id));
+        let Some(mine) = self.by_session.get_mut(&session_id) else {
+            return;
+        };
+        mine.count = mine.count.saturating_sub(removed.count_ones() as usize);
+        if !still_there {
+            mine.hashes.remove(&hash);
+        }
+        if mine.count == 0 {
+            self.by_session.remove(&session_id);
         }
     }
 
     /// Number of watches a session holds.
     pub fn count(&self, session_id: SessionId) -> usize {
-        self.by_session.get(&session_id).map_or(0, HashSet::len)
+        self.by_session
+            .get(&session_id)
+            .map_or(0, |mine| mine.count)
     }
 
     /// Fires the watches a change matches; returns one event per session.
     pub fn trigger(&mut self, change: &Change, zxid: Zxid) -> Vec<(SessionId, WatchEvent)> {
-        let (event_type, path, one_shot, recursive): (_, _, &[WatchKind], _) = match change {
-            Change::Created(p) => (EventType::NodeCreated, p, &[WatchKind::Data], true),
-            Change::DataChanged(p) => (EventType::NodeDataChanged, p, &[WatchKind::Data], true),
-            Change::Deleted(p) => (
-                EventType::NodeDeleted,
-                p,
-                &[WatchKind::Data, WatchKind::Child],
-                true,
-            ),
-            Change::ChildrenChanged(p) => (
-                EventType::NodeChildrenChanged,
-                p,
-                &[WatchKind::Child],
-                false,
-            ),
+        let (event_type, path, one_shot, recursive) = fired_by(change);
+        let recursive_bit = if recursive {
+            WatchKind::PersistentRecursive.bit()
+        } else {
+            0
         };
+        let fires = one_shot | WatchKind::Persistent.bit() | recursive_bit;
         let mut sessions: Vec<SessionId> = Vec::new();
-        for &kind in one_shot {
-            if let Some(fired) = self.table(kind).remove(path.as_str()) {
-                for session_id in fired {
-                    self.forget(session_id, kind, path);
-                    sessions.push(session_id);
+        // One-shot registrations that fired: (session, kinds).
+        let mut spent: Vec<(SessionId, Kinds)> = Vec::new();
+        let hash = self.hash(path);
+        if let Ok(mut entry) = self.paths.find_entry(hash, |w| &*w.path == path) {
+            let none_left = entry.get_mut().watchers.retain(|w| {
+                if w.kinds & fires != 0 {
+                    sessions.push(w.session_id);
                 }
+                if w.kinds & one_shot != 0 {
+                    spent.push((w.session_id, w.kinds & one_shot));
+                    w.kinds &= !one_shot;
+                }
+                w.kinds != 0
+            });
+            if none_left {
+                entry.remove();
             }
         }
-        if let Some(set) = self.persistent.get(path.as_str()) {
-            sessions.extend(set.iter().copied());
+        for (session_id, kinds) in spent {
+            self.forget(session_id, hash, kinds);
         }
-        if recursive && !self.recursive.is_empty() {
-            let mut at = Some(path.as_str());
+        if recursive && self.recursive > 0 {
+            let mut at = path::parent(path);
             while let Some(p) = at {
-                if let Some(set) = self.recursive.get(p) {
-                    sessions.extend(set.iter().copied());
+                let found = self.paths.find(self.hash(p), |w| &*w.path == p);
+                if let Some(watched) = found {
+                    sessions.extend(
+                        watched
+                            .watchers
+                            .as_slice()
+                            .iter()
+                            .filter(|w| w.kinds & recursive_bit != 0)
+                            .map(|w| w.session_id),
+                    );
                 }
                 at = path::parent(p);
             }
@@ -187,30 +400,12 @@ impl WatchManager {
             .map(|session_id| {
                 let event = WatchEvent {
                     event_type,
-                    path: path.clone(),
+                    path: path.to_owned(),
                     zxid,
                 };
                 (session_id, event)
             })
             .collect()
-    }
-
-    fn forget(&mut self, session_id: SessionId, kind: WatchKind, path: &str) {
-        if let Some(mine) = self.by_session.get_mut(&session_id) {
-            mine.remove(&(kind, path.to_owned()));
-            if mine.is_empty() {
-                self.by_session.remove(&session_id);
-            }
-        }
-    }
-}
-
-fn unregister(table: &mut Watchers, path: &str, session_id: SessionId) {
-    if let Some(set) = table.get_mut(path) {
-        set.remove(&session_id);
-        if set.is_empty() {
-            table.remove(path);
-        }
     }
 }
 
@@ -286,5 +481,62 @@ mod tests {
         assert!(!m.remove(1, "/a", WatcherKind::Persistent));
         m.remove_session(1);
         assert!(fired(&mut m, Change::DataChanged("/a".into())).is_empty());
+    }
+
+    // Proves that paths sharing a hash are kept apart: each fires, is
+    // counted and is removed on its own.
+    #[test]
+    fn paths_that_share_a_hash_stay_apart() {
+        let mut m = WatchManager::colliding(100);
+        m.add(1, WatchKind::Data, "/a").expect("added");
+        m.add(1, WatchKind::Child, "/b").expect("added");
+        m.add(2, WatchKind::Data, "/a").expect("added");
+        m.add(1, WatchKind::Persistent, "/c").expect("added");
+        assert_eq!(m.count(1), 3);
+        assert_eq!(fired(&mut m, Change::DataChanged("/a".into())), vec![1, 2]);
+        assert_eq!((m.count(1), m.count(2)), (2, 0));
+        assert!(fired(&mut m, Change::DataChanged("/b".into())).is_empty());
+        assert_eq!(fired(&mut m, Change::ChildrenChanged("/b".into())), vec![1]);
+        assert!(!m.remove(1, "/b", WatcherKind::Children));
+        m.add(2, WatchKind::Persistent, "/c").expect("added");
+        m.remove_session(1);
+        assert_eq!(m.count(1), 0);
+        assert_eq!(fired(&mut m, Change::DataChanged("/c".into())), vec![2]);
+        assert!(m.remove(2, "/c", WatcherKind::Any));
+        assert!(m.paths.is_empty() && m.by_session.is_empty());
+    }
+
+    // Proves recursive watches are counted out however they go, so changes
+    // stop walking their ancestors once none is left.
+    #[test]
+    fn recursive_watches_are_counted_out() {
+        let mut m = WatchManager::new(100);
+        m.add(1, WatchKind::PersistentRecursive, "/a")
+            .expect("added");
+        m.add(1, WatchKind::PersistentRecursive, "/a")
+            .expect("added twice");
+        m.add(2, WatchKind::PersistentRecursive, "/b")
+            .expect("added");
+        assert_eq!(m.recursive, 2);
+        assert_eq!(fired(&mut m, Change::Deleted("/a/x/y".into())), vec![1]);
+        m.remove_session(1);
+        assert!(m.remove(2, "/b", WatcherKind::PersistentRecursive));
+        assert_eq!(m.recursive, 0);
+        assert!(m.paths.is_empty() && m.by_session.is_empty());
+    }
+
+    // A path watched by several sessions is held once; one watched path is
+    // a pointer in the table and a small box beside its path.
+    #[test]
+    fn a_watched_path_is_small() {
+        assert!(std::mem::size_of::<Watched>() <= 40);
+        let mut m = WatchManager::new(100);
+        for session in 0..10 {
+            m.add(session, WatchKind::Data, "/shared").expect("added");
+        }
+        assert_eq!(m.paths.len(), 1);
+        m.remove_session(3);
+        assert_eq!(fired(&mut m, Change::Deleted("/shared".into())).len(), 9);
+        assert!(m.paths.is_empty());
     }
 }
