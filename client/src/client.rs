@@ -12,7 +12,11 @@
 //! handle's `Drop` if the caller goes away).
 //!
 //! Every call is bounded by `ClientOptions::request_timeout`, from the call to
-//! the reply. A call made while the client is `Suspended` fails at once with
+//! the reply. The call stamps its deadline on the request and the connection
+//! task answers `Timeout` when it passes (checked every
+//! [`DEADLINE_TICK`](crate::DEADLINE_TICK)), so a call pays for no timer of
+//! its own; only a wait for an in-flight slot is timed by the caller. A call
+//! made while the client is `Suspended` fails at once with
 //! `ConnectionLoss` instead of waiting for the reconnect (as ZooKeeper's
 //! client does): the caller decides whether and how to retry.
 
@@ -26,7 +30,9 @@ use arbor_protocol::{
     AddWatchMode, ChildEntry, CreateMode, MultiOp, MultiOpOutcome, Op, OpResult, ServerLimits,
     SessionCredentials, SessionId, Stat, WatcherKind, Zxid, ANY_VERSION,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, TryAcquireError};
+use tokio::time::Instant as TimerInstant;
 
 use crate::connection::{self, Command, Connection, Effect, Reply};
 use crate::error::{Ended, Error};
@@ -697,45 +703,80 @@ impl Client {
 
     /// [`Client::submit`] in any state but a terminal one: the connection
     /// task answers commands itself while suspended.
+    ///
+    /// The request timeout costs no timer when nothing waits: the command
+    /// carries its deadline and the connection task answers
+    /// [`Error::Timeout`] once it passes. Only a wait for an in-flight slot
+    /// (or, never in practice, for room in the channel) is timed here.
+    /// Dropping this future is safe at every await: a command not yet sent is
+    /// dropped whole, and a sent one keeps its pending slot until the reply
+    /// comes and is discarded (see `connection`).
     async fn submit_any(&self, op: Op, effect: Effect) -> Result<Reply, Error> {
         if let Some(ended) = self.shared.ended() {
             return Err(ended.error());
         }
+        let deadline = connection::deadline_after(self.request_timeout);
         let op_name = op.name();
-        // Dropping the exchange on timeout is safe at every await: a command
-        // not yet sent is dropped whole, and a sent one keeps its pending
-        // slot until the reply comes and is discarded (see `connection`).
-        match tokio::time::timeout(self.request_timeout, self.exchange(op, effect)).await {
-            Ok(result) => result,
-            Err(_elapsed) => {
-                debug!(
-                    op = op_name,
-                    timeout_ms = self.request_timeout.as_millis() as u64,
-                    "request timed out"
-                );
-                Err(Error::Timeout)
-            }
-        }
-    }
-
-    async fn exchange(&self, op: Op, effect: Effect) -> Result<Reply, Error> {
-        let Ok(permit) = self.shared.in_flight.clone().acquire_owned().await else {
-            // Closed by the task when the client ended.
-            return Err(self.shared.ended_error());
-        };
+        let permit = self.in_flight_permit(op_name, deadline).await?;
         let (reply, answer) = oneshot::channel();
         let command = Command {
             op,
             effect,
             reply,
             permit,
+            deadline,
         };
-        if self.commands.send(command).await.is_err() {
-            return Err(self.shared.ended_error());
-        }
+        self.hand_over(command).await?;
         match answer.await {
             Ok(result) => result,
             Err(_) => Err(self.shared.ended_error()),
+        }
+    }
+
+    /// An in-flight slot: at once if one is free, else the first one freed
+    /// before `deadline`.
+    async fn in_flight_permit(
+        &self,
+        op_name: &'static str,
+        deadline: TimerInstant,
+    ) -> Result<OwnedSemaphorePermit, Error> {
+        let in_flight = &self.shared.in_flight;
+        let waited = match in_flight.clone().try_acquire_owned() {
+            Ok(permit) => return Ok(permit),
+            Err(TryAcquireError::NoPermits) => {
+                tokio::time::timeout_at(deadline, in_flight.clone().acquire_owned()).await
+            }
+            // Closed by the task when the client ended.
+            Err(TryAcquireError::Closed) => return Err(self.shared.ended_error()),
+        };
+        match waited {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_closed)) => Err(self.shared.ended_error()),
+            Err(_elapsed) => {
+                debug!(
+                    op = op_name,
+                    timeout_ms = self.request_timeout.as_millis() as u64,
+                    "request timed out waiting for an in-flight slot"
+                );
+                Err(Error::Timeout)
+            }
+        }
+    }
+
+    /// Puts `command` on the channel to the connection task. The channel
+    /// holds as many commands as there are in-flight slots, so this never
+    /// waits in practice; if it had to, it would wait until the deadline.
+    async fn hand_over(&self, command: Command) -> Result<(), Error> {
+        let deadline = command.deadline;
+        let command = match self.commands.try_send(command) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(command)) => command,
+            Err(TrySendError::Closed(_)) => return Err(self.shared.ended_error()),
+        };
+        match tokio::time::timeout_at(deadline, self.commands.send(command)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_closed)) => Err(self.shared.ended_error()),
+            Err(_elapsed) => Err(Error::Timeout),
         }
     }
 

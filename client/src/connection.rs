@@ -26,19 +26,35 @@
 //!   batches of the current resume (at most one per watched path, so bounded
 //!   by [`WATCHERS_MAX`](crate::WATCHERS_MAX)).
 //! * Unsent bytes stay under [`WRITE_BUFFER_HIGH_WATER_BYTES`] plus one frame:
-//!   past it, no command is taken from the channel until the socket drains.
+//!   past it, commands wait in `held`, unencoded, until the socket drains.
 //!   (Right after a resume the SetWatches batches may exceed it; no command is
-//!   taken until they drain.)
+//!   encoded until they drain.)
 //! * Reads, writes, commands and timers are served by one `select!` loop whose
 //!   write branch is cancel-safe (`write`, not `write_all`), so a slow socket
 //!   never stops us from reading replies and events.
 //! * A state change is published before any waiter hears of it, and when the
 //!   task ends every waiter and watcher is answered: nobody hangs.
-//! * Request timeouts are the caller's: a caller that gives up drops its
-//!   oneshot, and its pending slot stays until the reply arrives, so the FIFO
-//!   matching never breaks.
+//! * Request deadlines are the task's, so a call costs no timer of its own:
+//!   every [`Command`] carries its deadline (call + request timeout), and the
+//!   task fails those past it with [`Error::Timeout`], looking once per
+//!   [`DEADLINE_TICK`] and only while any are waiting. A request already sent
+//!   keeps its pending slot (and its in-flight permit) until its reply
+//!   arrives and is discarded, so the FIFO matching never breaks; one still
+//!   `held` is dropped unsent. A caller that gives up earlier drops its
+//!   oneshot, with the same effect on its slot.
+//! * `deadlines` lists the sent requests still waiting for their caller's
+//!   answer in send order, which is deadline order up to scheduling jitter
+//!   (every call of a client has the same timeout, and in-flight slots are
+//!   handed out first come, first served), so a tick looks only at its
+//!   front: O(expired) per tick. A request whose deadline is earlier than
+//!   that of one sent before it waits for that one; it is never failed early.
+//! * `held` holds commands taken from the channel that may not be sent yet
+//!   (write buffer full, or a close in flight), so their deadlines are seen;
+//!   it and `pending` hold at most `max_in_flight` caller requests together,
+//!   one permit each.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,7 +70,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::codec::FramedRead;
 use tracing::{debug, info, warn, Instrument};
 
@@ -77,6 +93,23 @@ pub const WRITE_BUFFER_HIGH_WATER_BYTES: usize = 256 * 1024;
 /// answer its `CloseSession` before it just closes the socket.
 pub const CLOSE_ON_DROP_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How often the connection task looks for requests past their deadline,
+/// while any are waiting: a call fails with [`Error::Timeout`] at most this
+/// long after its request timeout (plus scheduling delay). Deadlines are
+/// rounded up to a multiple of it, so all requests due within one tick are
+/// failed by one wake-up.
+pub const DEADLINE_TICK: Duration = Duration::from_millis(10);
+
+/// Stands in for a deadline too far away to represent (a request timeout of
+/// `Duration::MAX` means none): about 30 years, as tokio's own timers do.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// The deadline of a call that starts now and may take `timeout`.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or_else(|| now + FAR_FUTURE)
+}
+
 /// A request from a client handle to the connection task.
 pub(crate) struct Command {
     pub(crate) op: Op,
@@ -84,6 +117,8 @@ pub(crate) struct Command {
     pub(crate) reply: oneshot::Sender<Result<Reply, Error>>,
     /// Holds an in-flight slot until the reply (or the end of the connection).
     pub(crate) permit: OwnedSemaphorePermit,
+    /// When the caller is answered [`Error::Timeout`] if no reply came.
+    pub(crate) deadline: Instant,
 }
 
 /// The server's answer to one command.
@@ -285,6 +320,8 @@ fn message_name(message: &ServerMessage) -> &'static str {
 /// Who waits for a pending reply.
 enum Waiter {
     Caller(oneshot::Sender<Result<Reply, Error>>),
+    /// A caller already answered [`Error::Timeout`]; the reply is dropped.
+    TimedOut,
     /// Our own ping; the reply only proves the server is alive.
     Heartbeat,
     /// The `CloseSession` sent because every handle was dropped.
@@ -301,6 +338,13 @@ struct Pending {
     waiter: Waiter,
     effect: Effect,
     _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// When a sent caller request must be answered, if its reply has not come.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    xid: u64,
+    at: Instant,
 }
 
 /// Why the connection is being closed by us.
@@ -352,6 +396,20 @@ pub(crate) struct Connection {
     pending: VecDeque<Pending>,
     /// `max_in_flight` caller requests, plus one heartbeat and one close.
     pending_max: usize,
+    /// The deadlines of the `Waiter::Caller`s in `pending`, in send order.
+    deadlines: VecDeque<Deadline>,
+    /// Commands taken from the channel but not sent yet (write buffer full,
+    /// or closing), oldest first. With `pending`, at most `max_in_flight`.
+    held: VecDeque<Command>,
+    /// False once every handle is gone and the channel said so.
+    receiving: bool,
+    /// The one timer of the task, for every deadline; see `arm_timer`.
+    timer: Pin<Box<Sleep>>,
+    /// Where `timer` is set; `None` once it fired.
+    timer_at: Option<Instant>,
+    /// Request deadlines are rounded up to a multiple of `DEADLINE_TICK`
+    /// counted from here.
+    epoch: Instant,
     /// SetWatches batches awaiting their reply (on top of `pending_max`).
     set_watches_outstanding: usize,
     /// Never reset, not even by a resume: xids only grow within a session.
@@ -393,6 +451,13 @@ impl Connection {
             options,
             pending: VecDeque::with_capacity(max_in_flight + 2),
             pending_max: max_in_flight + 2,
+            // Grown on demand: most clients never have many requests out.
+            deadlines: VecDeque::new(),
+            held: VecDeque::new(),
+            receiving: true,
+            timer: Box::pin(tokio::time::sleep_until(now)),
+            timer_at: None,
+            epoch: now,
             set_watches_outstanding: 0,
             next_xid: 1,
             out: Vec::new(),
@@ -454,17 +519,49 @@ impl Connection {
     }
 
     async fn next_step(&mut self, socket: &mut Socket) -> Step {
-        let deadline = self.deadline();
+        self.arm_timer();
         let unsent = self.out.len() - self.out_sent;
-        let accepting = self.closing.is_none() && unsent < WRITE_BUFFER_HIGH_WATER_BYTES;
         tokio::select! {
             frame = socket.reader.next() => Step::Frame(frame),
             written = socket.writer.write(&self.out[self.out_sent..]), if unsent > 0 => {
                 Step::Written(written)
             }
-            command = self.commands.recv(), if accepting => Step::Command(command),
-            () = tokio::time::sleep_until(deadline) => Step::Timer,
+            // Taken even when they cannot be sent, into `held`, so their
+            // deadlines are seen.
+            command = self.commands.recv(), if self.receiving => Step::Command(command),
+            () = &mut self.timer => Step::Timer,
         }
+    }
+
+    /// Whether commands may be encoded now.
+    fn accepting(&self) -> bool {
+        self.closing.is_none() && self.out.len() - self.out_sent < WRITE_BUFFER_HIGH_WATER_BYTES
+    }
+
+    /// Sets the timer to the next deadline, lazily: only when a deadline
+    /// came closer than the armed one, or it fired. Deadlines that move
+    /// later (every frame moves the read deadline) leave it early; it then
+    /// fires, `on_timer` finds nothing due, and it is set again. So the
+    /// timer wheel is touched about once per deadline, not once per loop.
+    fn arm_timer(&mut self) {
+        let deadline = self.deadline();
+        if self.timer_at.is_none_or(|armed| deadline < armed) {
+            self.timer.as_mut().reset(deadline);
+            self.timer_at = Some(deadline);
+        }
+    }
+
+    /// `at` rounded up to the next multiple of [`DEADLINE_TICK`] since the
+    /// task started, so the requests due within one tick share one wake-up
+    /// (as ZooKeeper's ExpiryQueue buckets session deadlines).
+    fn tick_after(&self, at: Instant) -> Instant {
+        let tick_nanos = DEADLINE_TICK.as_nanos();
+        let since_nanos = at.saturating_duration_since(self.epoch).as_nanos();
+        let rounded_nanos = since_nanos.div_ceil(tick_nanos) * tick_nanos;
+        u64::try_from(rounded_nanos)
+            .ok()
+            .and_then(|nanos| self.epoch.checked_add(Duration::from_nanos(nanos)))
+            .unwrap_or(at)
     }
 
     /// The next moment a timer needs attention.
@@ -479,7 +576,16 @@ impl Connection {
         if let Some(Closing::Dropped { deadline: close_by }) = self.closing {
             deadline = deadline.min(close_by);
         }
-        deadline
+        // Only the oldest of each queue: the others are due no earlier (see
+        // the module invariants). Nothing here while no request waits, so an
+        // idle client does not wake every tick.
+        let sent_due = self.deadlines.front().map(|front| front.at);
+        let held_due = self.held.front().map(|command| command.deadline);
+        match sent_due.into_iter().chain(held_due).min() {
+            // Rounding only delays, so it matters only if it is the earliest.
+            Some(due) if due < deadline => self.tick_after(due).min(deadline),
+            _ => deadline,
+        }
     }
 
     fn handle(&mut self, step: Step) -> Option<Exit> {
@@ -514,9 +620,22 @@ impl Connection {
                 debug!(error = %err, "cannot write to server");
                 Some(self.lost())
             }
-            Step::Command(Some(command)) => self.on_commands(command),
-            Step::Command(None) => self.on_handles_dropped(),
-            Step::Timer => self.on_timer(),
+            Step::Command(Some(command)) => {
+                self.on_command(command);
+                None
+            }
+            Step::Command(None) => {
+                self.receiving = false;
+                match self.closing {
+                    // A close is already out; it ends the connection.
+                    Some(_) => None,
+                    None => self.on_handles_dropped(),
+                }
+            }
+            Step::Timer => {
+                self.timer_at = None;
+                self.on_timer()
+            }
         }
     }
 
@@ -543,22 +662,36 @@ impl Connection {
                 self.out.shrink_to(WRITE_BUFFER_HIGH_WATER_BYTES);
             }
         }
+        if !self.held.is_empty() {
+            self.send_held();
+        }
     }
 
-    /// Encodes `first` and then every command already queued, up to the write
-    /// high-water mark, so they leave in one write.
-    fn on_commands(&mut self, first: Command) -> Option<Exit> {
-        self.enqueue(first);
-        while self.closing.is_none()
-            && self.out.len() - self.out_sent < WRITE_BUFFER_HIGH_WATER_BYTES
-        {
-            match self.commands.try_recv() {
-                Ok(command) => self.enqueue(command),
-                // Disconnected is seen by the next `recv` in the loop.
-                Err(_) => break,
-            }
+    /// Sends `first` after any held commands, or holds it too if they still
+    /// cannot go.
+    fn on_command(&mut self, first: Command) {
+        if self.held.is_empty() && self.accepting() {
+            self.enqueue(first);
+        } else {
+            self.held.push_back(first);
         }
-        None
+        self.send_held();
+    }
+
+    /// Encodes the held commands and then every command already queued, up
+    /// to the write high-water mark, so they leave in one write.
+    fn send_held(&mut self) {
+        while self.accepting() {
+            let command = match self.held.pop_front() {
+                Some(command) => command,
+                None => match self.commands.try_recv() {
+                    Ok(command) => command,
+                    // Disconnected is seen by the next `recv` in the loop.
+                    Err(_) => break,
+                },
+            };
+            self.enqueue(command);
+        }
     }
 
     fn enqueue(&mut self, command: Command) {
@@ -567,6 +700,7 @@ impl Connection {
             effect,
             reply,
             permit,
+            deadline,
         } = command;
         let xid = self.next_xid;
         let op_name = op.name();
@@ -592,6 +726,7 @@ impl Connection {
         if is_close {
             self.closing = Some(Closing::Requested);
         }
+        self.deadlines.push_back(Deadline { xid, at: deadline });
         self.push_pending(Pending {
             xid,
             op_name,
@@ -629,6 +764,11 @@ impl Connection {
         // The semaphore bounds caller requests; internal ones are one each,
         // and SetWatches batches are counted on their own.
         debug_assert!(self.pending.len() < self.pending_max + self.set_watches_outstanding);
+        // `expire_requests` finds a request by its xid's offset from the front.
+        debug_assert!(self
+            .pending
+            .back()
+            .is_none_or(|last| last.xid + 1 == pending.xid));
         self.pending.push_back(pending);
     }
 
@@ -650,6 +790,7 @@ impl Connection {
 
     fn on_timer(&mut self) -> Option<Exit> {
         let now = Instant::now();
+        self.expire_requests(now);
         if let Some(Closing::Dropped { deadline }) = self.closing {
             if now >= deadline {
                 debug!("no answer to CloseSession; closing the socket");
@@ -675,6 +816,52 @@ impl Connection {
             self.heartbeat_outstanding = true;
         }
         None
+    }
+
+    /// Answers [`Error::Timeout`] to every caller whose deadline is past. A
+    /// held command is dropped unsent; a sent one keeps its pending slot and
+    /// permit until its reply comes and is discarded (`Waiter::TimedOut`).
+    fn expire_requests(&mut self, now: Instant) {
+        while let Some(command) = self.held.front() {
+            if command.deadline > now {
+                break;
+            }
+            let Some(command) = self.held.pop_front() else {
+                break;
+            };
+            debug!(
+                op = command.op.name(),
+                "request timed out before it was sent"
+            );
+            self.drop_provisional(&command.effect);
+            let _ = command.reply.send(Err(Error::Timeout));
+        }
+        while let Some(&Deadline { xid, at }) = self.deadlines.front() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            // Pending xids are consecutive, and this one is still pending:
+            // its reply would have removed its deadline.
+            let front_xid = self.pending.front().map_or(xid, |pending| pending.xid);
+            let slot = usize::try_from(xid.wrapping_sub(front_xid))
+                .ok()
+                .and_then(|index| self.pending.get_mut(index))
+                .filter(|pending| pending.xid == xid);
+            let Some(pending) = slot else {
+                debug_assert!(false, "deadline of xid {xid} has no pending request");
+                continue;
+            };
+            if let Waiter::Caller(reply) = std::mem::replace(&mut pending.waiter, Waiter::TimedOut)
+            {
+                debug!(
+                    xid,
+                    op = pending.op_name,
+                    "request timed out; its reply will be dropped"
+                );
+                let _ = reply.send(Err(Error::Timeout));
+            }
+        }
     }
 
     fn on_message(&mut self, message: ServerMessage) -> Option<Exit> {
@@ -725,6 +912,13 @@ impl Connection {
         let Some(pending) = self.pending.pop_front() else {
             return Some(self.lost());
         };
+        if self
+            .deadlines
+            .front()
+            .is_some_and(|deadline| deadline.xid == xid)
+        {
+            self.deadlines.pop_front();
+        }
         debug!(
             xid,
             zxid,
@@ -745,13 +939,12 @@ impl Connection {
         match pending.waiter {
             Waiter::Caller(reply) => {
                 if reply.send(Ok(Reply { result })).is_err() {
-                    // The caller gave up (timeout, or dropped the call); its
-                    // provisional watcher has no owner.
-                    if let Effect::Provisional(key) = &pending.effect {
-                        self.shared.watches.lock().remove(key);
-                    }
+                    // The caller dropped the call; its provisional watcher
+                    // has no owner.
+                    self.drop_provisional(&pending.effect);
                 }
             }
+            Waiter::TimedOut => self.drop_provisional(&pending.effect),
             Waiter::Heartbeat => self.heartbeat_outstanding = false,
             Waiter::CloseOnDrop => {}
             Waiter::SetWatches(batch) => {
@@ -772,6 +965,14 @@ impl Connection {
             return Some(Exit::both(Ended::Closed));
         }
         None
+    }
+
+    /// Removes the watcher a call registered before sending, once nobody
+    /// will take it.
+    fn drop_provisional(&self, effect: &Effect) {
+        if let Effect::Provisional(key) = effect {
+            self.shared.watches.lock().remove(key);
+        }
     }
 
     fn apply_effect(&self, effect: &Effect, result: &Result<OpResult, ErrorCode>) {
@@ -807,6 +1008,7 @@ impl Connection {
                 let _ = reply.send(Err(Error::ConnectionLoss));
             }
         }
+        self.deadlines.clear();
         self.out.clear();
         self.out_sent = 0;
         self.heartbeat_outstanding = false;
@@ -821,6 +1023,10 @@ impl Connection {
     /// Tries every server in rounds until one resumes the session, the
     /// session times out, or the client is closed.
     async fn reconnect(&mut self) -> Result<Established, Ended> {
+        // Held commands were never sent: refuse them first, as if they came now.
+        while let Some(command) = self.held.pop_front() {
+            self.refuse(command)?;
+        }
         let expires_at = self.last_received + self.shared.session().timeout;
         let mut backoff = RECONNECT_BACKOFF_MIN;
         let mut lost = self.lost_server.take();
@@ -991,7 +1197,8 @@ impl Connection {
         }
         self.shared.watches.lock().end_all(state);
         self.commands.close();
-        while let Ok(command) = self.commands.try_recv() {
+        let unsent = self.held.drain(..);
+        for command in unsent.chain(std::iter::from_fn(|| self.commands.try_recv().ok())) {
             let _ = command.reply.send(Err(state.error()));
         }
     }

@@ -58,7 +58,9 @@
 //!   `Connected`, `Suspended`, `Reconnected`, `Expired` and `Closed` apart.
 //!   After `Expired` every call fails with [`Error::SessionExpired`].
 //! * Every call gives up after [`ClientOptions::request_timeout`] with
-//!   [`Error::Timeout`] (outcome unknown, like a connection loss).
+//!   [`Error::Timeout`] (outcome unknown, like a connection loss), at most
+//!   [`DEADLINE_TICK`] late: deadlines are checked by the connection task,
+//!   not by a timer per call.
 //! * Dropping the last clone of a client closes its session best-effort.
 //!
 //! # Watches
@@ -110,7 +112,7 @@ pub use arbor_protocol::{
 };
 
 pub use client::Client;
-pub use connection::{CLOSE_ON_DROP_TIMEOUT, WRITE_BUFFER_HIGH_WATER_BYTES};
+pub use connection::{CLOSE_ON_DROP_TIMEOUT, DEADLINE_TICK, WRITE_BUFFER_HIGH_WATER_BYTES};
 pub use error::Error;
 pub use options::{
     ClientOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REQUEST_TIMEOUT,

@@ -55,7 +55,9 @@ pub struct ClientOptions {
     /// (including the wait for an in-flight slot). Past it the call fails
     /// with [`Error::Timeout`](crate::Error::Timeout): like a connection loss,
     /// the outcome of a write is then unknown. A late reply is matched to its
-    /// request and dropped.
+    /// request and dropped. The connection checks deadlines every
+    /// [`DEADLINE_TICK`](crate::DEADLINE_TICK), so the error may come up to
+    /// that much later; never earlier.
     pub request_timeout: Duration,
     /// Requests sent but not yet answered. Callers past it wait for a reply to
     /// free a slot (back-pressure), rather than queue without bound.
@@ -106,7 +108,9 @@ impl ClientOptions {
         self
     }
 
-    /// Sets [`ClientOptions::request_timeout`].
+    /// Sets [`ClientOptions::request_timeout`]. A call fails with
+    /// [`Error::Timeout`](crate::Error::Timeout) this long after it started,
+    /// or at most [`DEADLINE_TICK`](crate::DEADLINE_TICK) later; never earlier.
     pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
         self.request_timeout = request_timeout;
         self

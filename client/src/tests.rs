@@ -623,6 +623,161 @@ async fn request_timeout_keeps_replies_in_step() {
     assert_eq!(client.last_zxid(), 102);
 }
 
+/// Generous slack for a deadline checked every `DEADLINE_TICK` on a busy machine.
+const LATENESS_MAX: Duration = Duration::from_secs(2);
+
+/// `call`'s outcome; fails the test instead of hanging if it never ends.
+async fn ends<F: std::future::Future>(call: F) -> F::Output {
+    tokio::time::timeout(PATIENCE + LATENESS_MAX, call)
+        .await
+        .expect("the call ends")
+}
+
+/// Asserts `elapsed` is at least `timeout`, and not much more.
+fn assert_timed_out_at(elapsed: Duration, timeout: Duration) {
+    assert!(
+        elapsed >= timeout,
+        "failed early: {elapsed:?} < {timeout:?}"
+    );
+    assert!(
+        elapsed <= timeout + LATENESS_MAX,
+        "failed late: {elapsed:?} past {timeout:?}"
+    );
+}
+
+// Proves an unanswered request fails with Timeout at its deadline (not before), and its late reply neither answers the request behind it nor leaves a watcher.
+#[tokio::test]
+async fn unanswered_request_fails_at_its_deadline() {
+    let timeout = Duration::from_millis(200);
+    let options = ClientOptions::default().with_request_timeout(timeout);
+    let (client, mut peer) = start_with(options, 1024).await;
+    let started = std::time::Instant::now();
+    let (slow, (slow_xid, _)) = tokio::join!(ends(client.get_data_watch("/slow")), peer.request());
+    assert!(matches!(slow, Err(Error::Timeout)), "{slow:?}");
+    assert_timed_out_at(started.elapsed(), timeout);
+
+    // The next request is sent before the late reply comes, behind it.
+    let (next, ()) = tokio::join!(client.exists("/b"), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(xid, slow_xid + 1);
+        assert!(matches!(op, Op::Exists { .. }), "{op:?}");
+        let late = OpResult::Data {
+            data: b"late".to_vec(),
+            stat: stat(1),
+        };
+        peer.reply(slow_xid, 101, Ok(late)).await;
+        peer.reply(xid, 102, Ok(OpResult::Exists(Some(stat(7)))))
+            .await;
+    });
+    assert_eq!(next.expect("answered").map(|s| s.version), Some(7));
+    assert_eq!(client.watcher_count(), 0, "the late reply set no watcher");
+    assert_eq!(client.state(), ConnectionState::Connected);
+    assert_eq!(client.last_zxid(), 102);
+}
+
+// Proves a call waiting for an in-flight slot times out, and a timed-out request keeps its slot until its late reply.
+#[tokio::test]
+async fn request_waiting_for_a_slot_times_out() {
+    let timeout = Duration::from_millis(200);
+    let options = ClientOptions::default()
+        .with_request_timeout(timeout)
+        .with_max_in_flight(1);
+    let (client, mut peer) = start_with(options, 1024).await;
+    let started = std::time::Instant::now();
+    let ((first, waiting), first_xid) = tokio::join!(
+        async { tokio::join!(ends(client.exists("/1")), ends(client.exists("/2"))) },
+        async {
+            let (xid, _) = peer.request().await;
+            // Past both deadlines: the first still holds the only slot.
+            let second = tokio::time::timeout(timeout * 2, peer.reader.next()).await;
+            assert!(second.is_err(), "a request was sent without a free slot");
+            xid
+        }
+    );
+    assert!(matches!(first, Err(Error::Timeout)), "{first:?}");
+    assert!(matches!(waiting, Err(Error::Timeout)), "{waiting:?}");
+    assert_timed_out_at(started.elapsed(), timeout);
+
+    peer.reply(first_xid, 101, Ok(OpResult::Exists(None))).await;
+    let (next, ()) = tokio::join!(client.exists("/3"), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(xid, first_xid + 1, "the waiting call was never sent");
+        assert_eq!(
+            op,
+            Op::Exists {
+                path: "/3".into(),
+                watch: false
+            }
+        );
+        peer.reply(xid, 102, Ok(OpResult::Exists(None))).await;
+    });
+    assert_eq!(next.expect("the late reply freed the slot"), None);
+}
+
+// Proves a call made while a close is in flight (so it cannot be sent) still times out at its deadline, and is never sent.
+#[tokio::test]
+async fn request_held_behind_a_close_times_out() {
+    let timeout = Duration::from_millis(200);
+    let options = ClientOptions::default().with_request_timeout(timeout);
+    let (client, mut peer) = start_with(options, 1024).await;
+    let other = client.clone();
+    let (closed, (close_xid, held, held_elapsed)) = tokio::join!(ends(client.close()), async {
+        let (xid, op) = peer.request().await;
+        assert_eq!(op, Op::CloseSession);
+        let asked = std::time::Instant::now();
+        let held = ends(other.exists("/a")).await;
+        (xid, held, asked.elapsed())
+    });
+    assert!(matches!(closed, Err(Error::Timeout)), "{closed:?}");
+    assert!(matches!(held, Err(Error::Timeout)), "{held:?}");
+    assert_timed_out_at(held_elapsed, timeout);
+
+    peer.reply(close_xid, 101, Ok(OpResult::SessionClosed))
+        .await;
+    assert!(
+        peer.recv().await.is_none(),
+        "the held call is never sent, and the late close reply closes"
+    );
+    assert!(matches!(other.exists("/a").await, Err(Error::Closed)));
+}
+
+// Proves a caller that drops its call (before or after its deadline) leaves the replies in step.
+#[tokio::test]
+async fn abandoned_calls_keep_replies_in_step() {
+    let timeout = Duration::from_millis(200);
+    let options = ClientOptions::default().with_request_timeout(timeout);
+    let (client, mut peer) = start_with(options, 1024).await;
+    let give_up = Duration::from_millis(20);
+    let started = tokio::time::Instant::now();
+    let (first, (first_xid, _)) = tokio::join!(
+        tokio::time::timeout(give_up, client.get_data_watch("/first")),
+        peer.request()
+    );
+    assert!(first.is_err(), "the caller gave up first");
+    // Both are answered after the first one's deadline and (unless the
+    // machine is very slow) before the second one's.
+    tokio::time::sleep_until(started + timeout * 3 / 4).await;
+    let (second, (second_xid, _)) = tokio::join!(
+        tokio::time::timeout(give_up, client.get_data_watch("/second")),
+        peer.request()
+    );
+    assert!(second.is_err(), "the caller gave up first");
+    tokio::time::sleep_until(started + timeout + timeout / 4).await;
+    let data = OpResult::Data {
+        data: Vec::new(),
+        stat: stat(1),
+    };
+    peer.reply(first_xid, 101, Ok(data.clone())).await;
+    peer.reply(second_xid, 102, Ok(data)).await;
+    let (next, ()) = tokio::join!(client.exists("/b"), async {
+        let (xid, _) = peer.request().await;
+        peer.reply(xid, 103, Ok(OpResult::Exists(None))).await;
+    });
+    assert_eq!(next.expect("later request answered"), None);
+    assert_eq!(client.watcher_count(), 0);
+    assert_eq!(client.state(), ConnectionState::Connected);
+}
+
 // Proves Closing{SessionExpired} expires the client: in-flight and later calls get SessionExpired.
 #[tokio::test]
 async fn closing_session_expired_expires_client() {
