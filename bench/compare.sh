@@ -59,13 +59,33 @@ part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 if [ "$QUICK" = 1 ]; then
     LOAD_COUNT=5000 GET_COUNT=20000 ONE_COUNT=2000 LOCK_COUNT=200 BIG=20000 EXPIRY_ROUNDS=1 KILLS=3
+    IDLE_CONNS=512 WATCH_NODES=5000 WATCH_SESSIONS=2
 else
     LOAD_COUNT=50000 GET_COUNT=300000 ONE_COUNT=10000 LOCK_COUNT=2000 BIG=1000000 EXPIRY_ROUNDS=3 KILLS=10
+    IDLE_CONNS=4096 WATCH_NODES=50000 WATCH_SESSIONS=4
 fi
+# watch-memory: WATCH_SESSIONS sessions each watch WATCH_NODES nodes whose
+# paths are this long, so bytes per watch can be set against path bytes
+# (WATCH_NODES first watches alone on their paths: megabytes, well above
+# the RSS's noise).
+WATCH_PATH_BYTES=1024
+# idle-memory holds IDLE_CONNS sessions (plus 16 warm-up ones) open on one
+# server from one address; arbord's --max-connections (default 4096) and
+# --max-connections-per-ip must let them all in.
+ARBOR_MAX_CONNECTIONS=8192
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 since() { local ms=$(($(now_ms) - $1)); printf '%d.%02d s' $((ms / 1000)) $((ms % 1000 / 10)); }
+
+# idle-memory holds IDLE_CONNS sockets in arbor-bench and as many in the
+# server (arbord, or the JVM), which inherit this shell's limit: raise the
+# soft open-files limit to the hard one (the soft one is often 1024).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if part standalone && [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((IDLE_CONNS + 1024)) ]; then
+    log "open-files limit $(ulimit -n) is too low for $IDLE_CONNS idle sessions; raise ulimit -Hn"
+    exit 1
+fi
 
 # --- Apache ZooKeeper --------------------------------------------------------
 
@@ -224,8 +244,11 @@ write_scripts() {
     mkdir -p "$dir"
     cat >"$dir/start.sh" <<EOF
 #!/bin/sh
-exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --max-connections-per-ip 4096 </dev/null >>"$dir/server.log" 2>&1
+exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --max-connections $ARBOR_MAX_CONNECTIONS --max-connections-per-ip $ARBOR_MAX_CONNECTIONS </dev/null >>"$dir/server.log" 2>&1
 EOF
+    # maxClientCnxns=0: no per-address connection limit (Debian's zoo.cfg
+    # sets 60; every benchmark connection comes from 127.0.0.1, idle-memory's
+    # IDLE_CONNS of them at once).
     dir=$WORK/zookeeper
     mkdir -p "$dir/conf"
     cat >"$dir/conf/zoo.cfg" <<EOF
@@ -330,6 +353,15 @@ workloads() {
     start_fresh "$target"
     pid=$(cat "$WORK/$target/pid")
     run "$round" "$target" memory memory --count "$BIG" --server-pid "$pid"
+    # Memory per idle session, then per watch, each on a fresh server too: a
+    # server that has grown and freed memory reuses it without growing RSS.
+    start_fresh "$target"
+    pid=$(cat "$WORK/$target/pid")
+    run "$round" "$target" idle-memory idle-memory --conns "$IDLE_CONNS" --server-pid "$pid"
+    start_fresh "$target"
+    pid=$(cat "$WORK/$target/pid")
+    run "$round" "$target" watch-memory watch-memory --nodes "$WATCH_NODES" --watchers "$WATCH_SESSIONS" \
+        --path-bytes "$WATCH_PATH_BYTES" --server-pid "$pid"
     # Recovery: a fresh server filled with BIG znodes, killed, restarted.
     start_fresh "$target"
     run "$round" "$target" recovery recovery --count "$BIG" --restart-cmd "$WORK/$target/restart.sh"
@@ -568,7 +600,7 @@ JAVA=$(java -version 2>&1 | head -1)
 ENS_ARBOR_SERVERS=$(ens_servers arbor)
 ENS_ZK_SERVERS=$(ens_servers zookeeper)
 export RESULTS ENSEMBLE OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
-export ARBOR_PORT ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
+export ARBOR_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
 python3 "$ROOT/bench/report.py"
 log "wrote $OUT"

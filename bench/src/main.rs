@@ -16,13 +16,16 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod cpu;
+mod fd_limit;
 mod proxy;
 mod stats;
 mod target;
 mod workload;
 
 use target::Kind;
-use workload::{expiry, failover, fsync, handoff, load, lock, memory, recovery, Env};
+use workload::{
+    expiry, failover, fsync, handoff, idle_memory, load, lock, memory, recovery, watch_memory, Env,
+};
 
 /// Time given to zookeeper-client's background tasks to send CloseSession
 /// for the sessions dropped at the end of a run, before the process exits.
@@ -66,6 +69,10 @@ enum Workload {
     Handoff(handoff::HandoffArgs),
     /// Server RSS growth per znode (needs --server-pid).
     Memory(memory::MemoryArgs),
+    /// Server RSS growth per idle connected session (needs --server-pid).
+    IdleMemory(idle_memory::IdleMemoryArgs),
+    /// Server RSS growth per watch, against the watched path's bytes (needs --server-pid).
+    WatchMemory(watch_memory::WatchMemoryArgs),
     /// Session expiry precision of a partitioned client.
     Expiry(expiry::ExpiryArgs),
     /// Restart time of a server holding N znodes.
@@ -115,6 +122,8 @@ fn run(cli: Cli) -> Result<String> {
             Workload::Lock(args) => lock::run(&env, args).await?,
             Workload::Handoff(args) => handoff::run(&env, args).await?,
             Workload::Memory(args) => memory::run(&env, args).await?,
+            Workload::IdleMemory(args) => idle_memory::run(&env, args).await?,
+            Workload::WatchMemory(args) => watch_memory::run(&env, args).await?,
             Workload::Expiry(args) => expiry::run(&env, args).await?,
             Workload::Recovery(args) => recovery::run(&env, args).await?,
             Workload::Failover(args) => failover::run(&env, args).await?,

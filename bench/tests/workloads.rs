@@ -204,6 +204,70 @@ fn memory_reports_bytes_per_znode() {
     );
 }
 
+// Proves idle-memory keeps its sessions alive while idle and reports bytes
+// per connection.
+#[test]
+fn idle_memory_reports_bytes_per_connection() {
+    let server = TestServer::start_with(&["--max-connections-per-ip", "256"]);
+    let pid = server.pid().to_string();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "idle-memory",
+        "--conns",
+        "64",
+        "--server-pid",
+        &pid,
+    ]);
+    has_keys(&report, &["rss_before_bytes", "rss_after_bytes", "idle_ms"]);
+    assert_eq!(report["conns"], 64);
+    assert_eq!(report["ops"], 64);
+    // Each session costs the server at least a socket buffer's bookkeeping,
+    // and far less than a megabyte.
+    let per_connection = report["bytes_per_connection"].as_f64().unwrap_or(0.0);
+    assert!(
+        (0.0..1_048_576.0).contains(&per_connection) && per_connection > 0.0,
+        "{report}"
+    );
+}
+
+// Proves watch-memory sets one watch per (session, node), sees each fire on
+// cleanup, and reports bytes per watch (first on a path, added, overall)
+// against the path length.
+#[test]
+fn watch_memory_reports_bytes_per_watch_and_path_bytes() {
+    let server = TestServer::start();
+    let pid = server.pid().to_string();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "watch-memory",
+        "--nodes",
+        "4000",
+        "--watchers",
+        "5",
+        "--path-bytes",
+        "1024",
+        "--server-pid",
+        &pid,
+    ]);
+    assert_eq!(report["path_bytes"], 1024);
+    assert_eq!(report["watches"], 20_000);
+    assert_eq!(report["ops"], 20_000);
+    assert_eq!(report["watches_fired"], 20_000, "{report}");
+    let number = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
+    // 4000 first watches of 1 KiB paths grow the RSS by megabytes, well
+    // above the noise of a debug server's allocator (about a megabyte).
+    assert!(number("bytes_per_first_watch") > 0.0, "{report}");
+    assert!(number("bytes_per_watch") > 0.0, "{report}");
+    assert!(number("bytes_per_added_watch").is_finite(), "{report}");
+    let over_path = number("bytes_per_watch_over_path");
+    assert!(
+        (over_path - (number("bytes_per_first_watch") - 1024.0)).abs() < 0.01,
+        "{report}"
+    );
+}
+
 // Proves a blackholed session expires no sooner than its timeout.
 #[test]
 fn expiry_observes_at_least_the_session_timeout() {

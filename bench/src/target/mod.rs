@@ -227,6 +227,14 @@ impl Session {
         }
     }
 
+    /// Whether a node exists (no watch set).
+    pub async fn exists(&self, path: &str) -> Result<bool> {
+        match self {
+            Session::Arbor(client) => Ok(client.exists(path).await?.is_some()),
+            Session::Zookeeper(zk) => Ok(zk.client.check_stat(path).await?.is_some()),
+        }
+    }
+
     /// A node's data, or `None` if it does not exist.
     pub async fn get_if_exists(&self, path: &str) -> Result<Option<Vec<u8>>> {
         match self {

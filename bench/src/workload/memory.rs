@@ -102,7 +102,7 @@ const SETTLE_MAX: Duration = Duration::from_secs(30);
 /// The server's RSS once it stops moving: a background snapshot's
 /// copy-on-write pages (Arbor) or garbage not yet collected (the JVM) are
 /// not the cost of holding the znodes.
-async fn settled_rss(pid: u32) -> Result<u64> {
+pub async fn settled_rss(pid: u32) -> Result<u64> {
     let deadline = tokio::time::Instant::now() + SETTLE_MAX;
     let mut window = vec![rss_bytes(pid)?];
     loop {

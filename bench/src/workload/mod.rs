@@ -18,16 +18,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Result};
 
 use crate::stats::micros;
-use crate::target::{ConnectOptions, Kind, NodeMode, Session};
+use crate::target::{ConnectOptions, Kind, NodeMode, Session, CONNECTS_IN_PARALLEL};
 
 pub mod expiry;
 pub mod failover;
 pub mod fsync;
 pub mod handoff;
+pub mod idle_memory;
 pub mod load;
 pub mod lock;
 pub mod memory;
 pub mod recovery;
+pub mod watch_memory;
 
 /// What every subcommand gets from the global flags.
 #[derive(Clone, Debug)]
@@ -269,6 +271,38 @@ pub async fn close_all(sessions: Vec<Session>) -> Result<()> {
         }
     }
     result
+}
+
+/// Closes every session, [`CONNECTS_IN_PARALLEL`] at a time (thousands of
+/// Arbor closes one after the other would each wait for their own fsync),
+/// reporting the first failure.
+pub async fn close_many(sessions: Vec<Session>) -> Result<()> {
+    let mut closing = tokio::task::JoinSet::new();
+    let mut result = Ok(());
+    for session in sessions {
+        if closing.len() >= CONNECTS_IN_PARALLEL {
+            note_first_error(&mut result, closing.join_next().await);
+        }
+        closing.spawn(session.close());
+    }
+    while let Some(closed) = closing.join_next().await {
+        note_first_error(&mut result, Some(closed));
+    }
+    result
+}
+
+fn note_first_error(
+    result: &mut Result<()>,
+    joined: Option<std::result::Result<Result<()>, tokio::task::JoinError>>,
+) {
+    let error = match joined {
+        Some(Ok(Err(err))) => err,
+        Some(Err(err)) => err.into(),
+        Some(Ok(Ok(()))) | None => return,
+    };
+    if result.is_ok() {
+        *result = Err(error);
+    }
 }
 
 /// xorshift64*: fast, allocation-free key choice; quality is irrelevant.
