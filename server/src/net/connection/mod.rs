@@ -46,6 +46,11 @@ use crate::context::Shared;
 use crate::net::ConnectionHandle;
 use crate::pipeline::commit::WriteResult;
 
+/// The read buffer a connection starts with (tokio-util's default is 8 KiB):
+/// room for a pipelined batch of small requests in one read; it grows for a
+/// larger frame.
+const READ_BUF_BYTES: usize = 4 * 1024;
+
 /// How long a closing connection may take to flush what it owes.
 const WRITER_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -97,7 +102,11 @@ where
     let connection_id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
     let config = &shared.config;
     let (read_half, write_half) = tokio::io::split(stream);
-    let mut frames = FramedRead::new(read_half, FrameDecoder::new(config.frame_bytes_max));
+    let mut frames = FramedRead::with_capacity(
+        read_half,
+        FrameDecoder::new(config.frame_bytes_max),
+        READ_BUF_BYTES,
+    );
     let outbound_capacity =
         config.requests_in_flight_per_connection_max + config.events_queued_per_connection_max;
     let (outbound, outbound_rx) = mpsc::channel(outbound_capacity);
