@@ -7,4 +7,4 @@ mod registry;
 
 pub use connection::serve;
 pub use listener::Listener;
-pub use registry::{ConnectionHandle, ConnectionRegistry};
+pub use registry::{ConnectionHandle, ConnectionRegistry, Outbound};

@@ -67,10 +67,10 @@ pub(super) async fn handshake<S: AsyncRead>(
         previous
     };
     if let Some(previous) = previous {
-        let _ = previous.outbound.try_send(closing(
+        let _ = previous.outbound.try_send(Box::new(closing(
             ErrorCode::SessionMoved,
             "session resumed on another connection",
-        ));
+        )));
         previous.closer.cancel();
         let stopped =
             tokio::time::timeout(PREVIOUS_READER_STOP_WAIT, previous.reader_done.cancelled()).await;
@@ -99,7 +99,7 @@ pub(super) async fn handshake<S: AsyncRead>(
         },
     };
     if outbound
-        .send(ServerMessage::Connected(response))
+        .send(Box::new(ServerMessage::Connected(response)))
         .await
         .is_err()
     {

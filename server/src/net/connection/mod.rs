@@ -1,5 +1,6 @@
-//! One client connection: the [`handshake`], then three tasks joined by
-//! bounded queues: the [`reader`], the [`responder`] and the [`writer`]. A
+//! One client connection: the [`handshake`], then up to three tasks joined
+//! by bounded queues: the [`reader`], the [`responder`] (made on first
+//! need: an idle or read-only connection has none) and the [`writer`]. A
 //! connection frames bytes and keeps its session's order; what a request
 //! means is prep's business ([`crate::pipeline::prep`]).
 //!
@@ -30,7 +31,7 @@ mod responder;
 mod writer;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,25 +130,10 @@ where
     };
     match handshake::handshake(&mut frames, &shared, handle, peer).await {
         Ok(session_id) => {
-            let (pending_tx, pending_rx) =
-                mpsc::channel(config.requests_in_flight_per_connection_max);
-            let owed = Arc::new(AtomicUsize::new(0));
-            let responder = tokio::spawn(responder::respond_loop(
-                pending_rx,
-                outbound.clone(),
-                owed.clone(),
-                shared.clone(),
-                session_id,
-            ));
-            let queues = reader::Queues {
-                pending: &pending_tx,
-                owed: &owed,
-                outbound: &outbound,
-            };
-            reader::read_loop(&mut frames, queues, &shared, session_id, &closer).await;
+            let mut queues = reader::Queues::new(outbound.clone(), shared.clone(), session_id);
+            reader::read_loop(&mut frames, &mut queues, &shared, session_id, &closer).await;
             reader_done.cancel();
-            drop(pending_tx);
-            let _ = responder.await;
+            queues.finish().await;
             let still_ours = shared.connections.lock().detach(session_id, connection_id);
             if still_ours {
                 shared.watches.lock().remove_session(session_id);
@@ -155,7 +141,7 @@ where
             debug!(session_id, connection_id, %peer, "connection ended");
         }
         Err(Some(message)) => {
-            let _ = outbound.send(message).await;
+            let _ = outbound.send(Box::new(message)).await;
         }
         Err(None) => {}
     }

@@ -5,7 +5,7 @@
 //! [`crate::pipeline::commit`]). Same order, fewer hand-offs on the path a
 //! lone client waits on.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use arbor_protocol::codec;
 use arbor_protocol::{ClientMessage, ErrorCode, ServerMessage, SessionId};
@@ -15,32 +15,76 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::responder::Responder;
 use super::{closing, frame_error_message, reply, Frames, Pending};
 use crate::context::Shared;
+use crate::net::Outbound;
 use crate::pipeline::commit::Proposal;
 use crate::pipeline::prep::{self, Then};
 use crate::pipeline::read;
 
 /// Where the reader puts what it has read.
-#[derive(Clone, Copy)]
-pub(super) struct Queues<'a> {
-    /// To the responder, in order.
-    pub(super) pending: &'a mpsc::Sender<Pending>,
-    /// Items given to the responder and not yet passed on to `outbound`.
-    /// Only the reader adds, so zero seen by the reader stays zero until it
-    /// queues again.
-    pub(super) owed: &'a AtomicUsize,
+pub(super) struct Queues {
     /// To the writer.
-    pub(super) outbound: &'a mpsc::Sender<ServerMessage>,
+    outbound: mpsc::Sender<Outbound>,
+    /// To the responder, made on first need (see [`Responder`]).
+    responder: Option<Responder>,
+    shared: Arc<Shared>,
+    session_id: SessionId,
 }
 
-impl Queues<'_> {
+impl Queues {
+    pub(super) fn new(
+        outbound: mpsc::Sender<Outbound>,
+        shared: Arc<Shared>,
+        session_id: SessionId,
+    ) -> Self {
+        Queues {
+            outbound,
+            responder: None,
+            shared,
+            session_id,
+        }
+    }
+
+    /// Whether nothing queued is still unanswered: an answer made now may
+    /// skip the responder and keep its place in the reply order.
+    fn owes_nothing(&self) -> bool {
+        self.responder.as_ref().is_none_or(Responder::owes_nothing)
+    }
+
     /// Gives `item` to the responder; false if the connection is ending.
-    async fn queue(&self, item: Pending, closer: &CancellationToken) -> bool {
-        self.owed.fetch_add(1, Ordering::AcqRel);
+    async fn queue(&mut self, item: Pending, closer: &CancellationToken) -> bool {
+        let item = match item {
+            Pending::Close(message) if self.owes_nothing() => {
+                return self.send_direct(message, closer).await
+            }
+            item => item,
+        };
+        let responder = self.responder.get_or_insert_with(|| {
+            Responder::spawn(self.outbound.clone(), self.shared.clone(), self.session_id)
+        });
         tokio::select! {
-            sent = self.pending.send(item) => sent.is_ok(),
+            sent = responder.send(item) => sent,
             () = closer.cancelled() => false,
+        }
+    }
+
+    /// Sends `message` to the writer, skipping the responder; false if the
+    /// connection is ending. A full queue means the client is not reading
+    /// its answers; waiting here is the back-pressure, but a closing
+    /// connection must not wait.
+    async fn send_direct(&self, message: ServerMessage, closer: &CancellationToken) -> bool {
+        tokio::select! {
+            sent = self.outbound.send(Box::new(message)) => sent.is_ok(),
+            () = closer.cancelled() => false,
+        }
+    }
+
+    /// Waits until everything queued has been passed on to the writer.
+    pub(super) async fn finish(self) {
+        if let Some(responder) = self.responder {
+            responder.finish().await;
         }
     }
 }
@@ -48,7 +92,7 @@ impl Queues<'_> {
 /// Reads requests and queues them, in order, until the connection must end.
 pub(super) async fn read_loop<S: AsyncRead>(
     frames: &mut Frames<S>,
-    queues: Queues<'_>,
+    queues: &mut Queues,
     shared: &Shared,
     session_id: SessionId,
     closer: &CancellationToken,
@@ -95,7 +139,7 @@ pub(super) async fn read_loop<S: AsyncRead>(
             }
         };
         // Nothing owed ahead: the answer may skip the responder.
-        let owes_nothing = queues.owed.load(Ordering::Acquire) == 0;
+        let owes_nothing = queues.owes_nothing();
         let prepped = prep::request(shared, session_id, xid, op);
         let item = match prepped.then {
             Then::Answer(result) => Pending::Ready { xid, result },
@@ -117,13 +161,8 @@ pub(super) async fn read_loop<S: AsyncRead>(
             }
             item => Err(item),
         };
-        // A full queue means the client is not reading its answers; waiting
-        // here is the back-pressure, but a closing connection must not wait.
         let queued = match direct {
-            Ok(message) => tokio::select! {
-                sent = queues.outbound.send(message) => sent.is_ok(),
-                () = closer.cancelled() => false,
-            },
+            Ok(message) => queues.send_direct(message, closer).await,
             Err(item) => queues.queue(item, closer).await,
         };
         if !queued || prepped.last {

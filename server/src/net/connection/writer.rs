@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::reply;
+use crate::net::Outbound;
 
 /// Bytes the writer gathers from the outbound queue into one socket write.
 const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
@@ -23,16 +24,16 @@ const WRITE_BUF_IDLE_BYTES_MAX: usize = 4 * 1024;
 
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     mut sink: W,
-    mut outbound: mpsc::Receiver<ServerMessage>,
+    mut outbound: mpsc::Receiver<Outbound>,
     frame_bytes_max: usize,
     closer: CancellationToken,
 ) {
     let mut buf = Vec::new();
     'write: while let Some(first) = outbound.recv().await {
-        let mut last = encode_message(first, frame_bytes_max, &mut buf);
+        let mut last = encode_message(*first, frame_bytes_max, &mut buf);
         while !last && buf.len() < WRITE_BATCH_BYTES_MAX {
             match outbound.try_recv() {
-                Ok(message) => last = encode_message(message, frame_bytes_max, &mut buf),
+                Ok(message) => last = encode_message(*message, frame_bytes_max, &mut buf),
                 Err(_) => break,
             }
         }
