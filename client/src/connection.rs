@@ -32,6 +32,10 @@
 //! * Reads, writes, commands and timers are served by one `select!` loop whose
 //!   write branch is cancel-safe (`write`, not `write_all`), so a slow socket
 //!   never stops us from reading replies and events.
+//! * After taking a command the task yields once before it writes: callers
+//!   woken by the replies it just read are runnable then, and their
+//!   requests join the same write. It waits for no timer, only for tasks
+//!   already runnable on the runtime, once.
 //! * A state change is published before any waiter hears of it, and when the
 //!   task ends every waiter and watcher is answered: nobody hangs.
 //! * Request deadlines are the task's, so a call costs no timer of its own:
@@ -403,6 +407,9 @@ pub(crate) struct Connection {
     held: VecDeque<Command>,
     /// False once every handle is gone and the channel said so.
     receiving: bool,
+    /// A command was encoded since the last write: let the callers that are
+    /// already runnable add theirs before writing (see `next_step`).
+    gather: bool,
     /// The one timer of the task, for every deadline; see `arm_timer`.
     timer: Pin<Box<Sleep>>,
     /// Where `timer` is set; `None` once it fired.
@@ -455,6 +462,7 @@ impl Connection {
             deadlines: VecDeque::new(),
             held: VecDeque::new(),
             receiving: true,
+            gather: false,
             timer: Box::pin(tokio::time::sleep_until(now)),
             timer_at: None,
             epoch: now,
@@ -519,6 +527,14 @@ impl Connection {
     }
 
     async fn next_step(&mut self, socket: &mut Socket) -> Step {
+        if std::mem::take(&mut self.gather) {
+            // Callers woken by the replies just read are runnable now; one
+            // yield lets them queue their next requests, so they leave in
+            // one write instead of one each. With nothing else runnable the
+            // yield returns at once: no delay is added.
+            tokio::task::yield_now().await;
+            self.send_held();
+        }
         self.arm_timer();
         let unsent = self.out.len() - self.out_sent;
         tokio::select! {
@@ -670,6 +686,7 @@ impl Connection {
     /// Sends `first` after any held commands, or holds it too if they still
     /// cannot go.
     fn on_command(&mut self, first: Command) {
+        self.gather = true;
         if self.held.is_empty() && self.accepting() {
             self.enqueue(first);
         } else {
