@@ -4,15 +4,20 @@
 #
 #   bench/compare.sh                    # ROUNDS=3, full sizes, both parts (about an hour)
 #   QUICK=1 ROUNDS=1 bench/compare.sh   # small counts: checks the script in minutes
-#   PART=standalone bench/compare.sh    # one part: standalone, ensemble or all (default)
+#   PART=standalone bench/compare.sh    # one part: standalone, ensemble, scale or all (default)
+#   REPORT_ONLY=1 bench/compare.sh      # BENCHMARKS.md again from the results kept, measuring nothing
 #
-# Two parts, each with its own results under target/bench-compare
-# (results.jsonl, ensemble.jsonl); running one part replaces only its own, and
-# BENCHMARKS.md shows every part that has results there.
+# Three parts, each with its own results under target/bench-compare
+# (results.jsonl, ensemble.jsonl, scale.jsonl); running one part replaces
+# only its own, and BENCHMARKS.md shows every part that has results there.
 # * standalone: one arbord against one ZooKeeper server (ZooKeeperServerMain).
 # * ensemble: three arbord members against a three-server ZooKeeper ensemble
 #   (QuorumPeerMain), all on this machine; loads spread over the members, and
 #   the time writes take to be acknowledged again after kill -9 of the leader.
+# * scale: the standalone servers again, as the work grows: znodes (10 k to
+#   10 M; ZooKeeper up to 1 M, as far as its 1000 MB heap holds them),
+#   children of one node, idle sessions, watches. SCALE_ROUNDS rounds
+#   (default 1): each size is a fresh server.
 #
 # Everything runs on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
 # directories on the same filesystem (under target/bench-compare), and is
@@ -31,6 +36,7 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
+REPORT_ONLY=${REPORT_ONLY:-0}
 QUICK=${QUICK:-0}
 PART=${PART:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,23 +53,35 @@ ENS_ZK_ELECTION_PORT=${ENS_ZK_ELECTION_PORT:-2881}
 MEMBERS=(1 2 3)
 RESULTS=$WORK/results.jsonl
 ENSEMBLE=$WORK/ensemble.jsonl
+SCALE=$WORK/scale.jsonl
+SCALE_ROUNDS=${SCALE_ROUNDS:-1}
 
 case $PART in
-standalone | ensemble | all) ;;
+standalone | ensemble | scale | all) ;;
 *)
-    echo "compare.sh: PART must be standalone, ensemble or all, not '$PART'" >&2
+    echo "compare.sh: PART must be standalone, ensemble, scale or all, not '$PART'" >&2
     exit 2
     ;;
 esac
-part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+part() { [ "$REPORT_ONLY" != 1 ] && { [ "$PART" = all ] || [ "$PART" = "$1" ]; }; }
 
 if [ "$QUICK" = 1 ]; then
     LOAD_COUNT=5000 GET_COUNT=20000 ONE_COUNT=2000 LOCK_COUNT=200 BIG=20000 EXPIRY_ROUNDS=1 KILLS=3
     IDLE_CONNS=512 WATCH_NODES=5000 WATCH_SESSIONS=2
+    SCALE_ZNODES=(1000 10000) SCALE_ZK_ZNODES_MAX=10000 SCALE_CHILDREN=(10 1000) SCALE_SESSIONS=(256 1024)
+    SCALE_WATCHES=20000
 else
     LOAD_COUNT=50000 GET_COUNT=300000 ONE_COUNT=10000 LOCK_COUNT=2000 BIG=1000000 EXPIRY_ROUNDS=3 KILLS=10
     IDLE_CONNS=4096 WATCH_NODES=50000 WATCH_SESSIONS=4
+    SCALE_ZNODES=(10000 100000 1000000 10000000) SCALE_ZK_ZNODES_MAX=1000000 SCALE_CHILDREN=(10 1000 100000)
+    SCALE_SESSIONS=(10000 50000) SCALE_WATCHES=1000000
 fi
+# scale: listings timed per child count (a 100 k listing takes milliseconds),
+# and the watches' paths (short, so a million fit ZooKeeper's heap), set by
+# SCALE_WATCHERS sessions on SCALE_WATCHES / SCALE_WATCHERS nodes.
+scale_listings() { if [ "$1" -ge 100000 ]; then echo 200; else echo 2000; fi; }
+SCALE_WATCH_PATH_BYTES=64
+SCALE_WATCHERS=4
 # watch-memory: WATCH_SESSIONS sessions each watch WATCH_NODES nodes whose
 # paths are this long, so bytes per watch can be set against path bytes
 # (WATCH_NODES first watches alone on their paths: megabytes, well above
@@ -144,9 +162,11 @@ zk_mode() {
 
 # --- build -------------------------------------------------------------------
 
-log "building arbord and arbor-bench (release)"
-(cd "$ROOT" && cargo build --release --locked -p arbor-server -p arbor-bench >&2)
 ARBORD=$ROOT/target/release/arbord
+if [ "$REPORT_ONLY" != 1 ] || [ ! -x "$ARBORD" ]; then
+    log "building arbord and arbor-bench (release)"
+    (cd "$ROOT" && cargo build --release --locked -p arbor-server -p arbor-bench >&2)
+fi
 BENCH=$ROOT/target/release/arbor-bench
 COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if part ensemble && ! "$BENCH" failover --help >/dev/null 2>&1; then
@@ -244,7 +264,9 @@ write_scripts() {
     mkdir -p "$dir"
     cat >"$dir/start.sh" <<EOF
 #!/bin/sh
-exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --max-connections $ARBOR_MAX_CONNECTIONS --max-connections-per-ip $ARBOR_MAX_CONNECTIONS </dev/null >>"$dir/server.log" 2>&1
+# ARBOR_MAX_CONNECTIONS from the environment: the scale part's many sessions.
+max=\${ARBOR_MAX_CONNECTIONS:-$ARBOR_MAX_CONNECTIONS}
+exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --max-connections \$max --max-connections-per-ip \$max </dev/null >>"$dir/server.log" 2>&1
 EOF
     # maxClientCnxns=0: no per-address connection limit (Debian's zoo.cfg
     # sets 60; every benchmark connection comes from 127.0.0.1, idle-memory's
@@ -365,6 +387,52 @@ workloads() {
     # Recovery: a fresh server filled with BIG znodes, killed, restarted.
     start_fresh "$target"
     run "$round" "$target" recovery recovery --count "$BIG" --restart-cmd "$WORK/$target/restart.sh"
+    stop "$target"
+}
+
+# --- scale -------------------------------------------------------------------
+# The standalone servers and start scripts, fresh for each size.
+
+scale_run() {
+    local round=$1 target=$2 label=$3
+    shift 3
+    record "$SCALE" "$round" "$target" "$label" \
+        --target "$target" --server "127.0.0.1:$(port_of "$target")" "$@"
+}
+
+scale_workloads() {
+    local round=$1 target=$2 n pid limit
+    for n in "${SCALE_ZNODES[@]}"; do
+        if [ "$target" = zookeeper ] && [ "$n" -gt "$SCALE_ZK_ZNODES_MAX" ]; then continue; fi
+        # N znodes kept in place, then creates and single reads on top.
+        start_fresh "$target"
+        warm_up "$target" "127.0.0.1:$(port_of "$target")"
+        pid=$(cat "$WORK/$target/pid")
+        scale_run "$round" "$target" "znodes-$n" --keep memory --count "$n" --server-pid "$pid"
+        scale_run "$round" "$target" "create-$n" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
+        scale_run "$round" "$target" "get-$n" get --concurrency 1 --conns 1 --count "$ONE_COUNT" --server-pid "$pid"
+        start_fresh "$target"
+        scale_run "$round" "$target" "recovery-$n" recovery --count "$n" --restart-cmd "$WORK/$target/restart.sh"
+    done
+    for n in "${SCALE_CHILDREN[@]}"; do
+        start_fresh "$target"
+        scale_run "$round" "$target" "children-$n" children --children "$n" --count "$(scale_listings "$n")"
+    done
+    limit=$(ulimit -n)
+    for n in "${SCALE_SESSIONS[@]}"; do
+        # Both arbor-bench and the server hold one socket per session.
+        if [ "$limit" != unlimited ] && [ "$limit" -lt $((n + 1024)) ]; then
+            log "scale: $n idle sessions need an open-files limit above $((n + 1024)); this one is $limit: skipped"
+            continue
+        fi
+        ARBOR_MAX_CONNECTIONS=$((n + 1024)) start_fresh "$target"
+        pid=$(cat "$WORK/$target/pid")
+        scale_run "$round" "$target" "sessions-$n" idle-memory --conns "$n" --server-pid "$pid"
+    done
+    start_fresh "$target"
+    pid=$(cat "$WORK/$target/pid")
+    scale_run "$round" "$target" "watches-$SCALE_WATCHES" watch-memory --nodes $((SCALE_WATCHES / SCALE_WATCHERS)) \
+        --watchers "$SCALE_WATCHERS" --path-bytes "$SCALE_WATCH_PATH_BYTES" --server-pid "$pid"
     stop "$target"
 }
 
@@ -589,6 +657,22 @@ if part ensemble; then
     done
 fi
 
+if part scale; then
+    stop arbor
+    stop zookeeper
+    rm -rf "$WORK/scale-bench.log"
+    : >"$SCALE"
+    BENCH_LOG=$WORK/scale-bench.log
+    write_scripts
+    for round in $(seq 1 "$SCALE_ROUNDS"); do
+        record "$SCALE" "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
+        if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
+        for target in $order; do
+            scale_workloads "$round" "$target"
+        done
+    done
+fi
+
 # --- report ------------------------------------------------------------------
 
 ARBOR_VERSION=$("$ARBORD" --version | awk '{print $2}')
@@ -599,7 +683,9 @@ RUSTC=$(rustc --version)
 JAVA=$(java -version 2>&1 | head -1)
 ENS_ARBOR_SERVERS=$(ens_servers arbor)
 ENS_ZK_SERVERS=$(ens_servers zookeeper)
-export RESULTS ENSEMBLE OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
+# report.py says which parts this run measured: none, when only reporting.
+if [ "$REPORT_ONLY" = 1 ]; then PART=none; fi
+export RESULTS ENSEMBLE SCALE OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
 export ARBOR_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
 python3 "$ROOT/bench/report.py"

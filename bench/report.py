@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """BENCHMARKS.md from the JSON lines bench/compare.sh collected.
 
-Two parts, each in its own file, rendered when the file has results:
-$RESULTS (standalone servers) and $ENSEMBLE (three-member ensembles). Each
+Three parts, each in its own file, rendered when the file has results:
+$RESULTS (standalone servers), $ENSEMBLE (three-member ensembles) and $SCALE
+(standalone servers as the work grows). Each
 line is {"round", "label", "quick", "commit", "result"} where result is one
 arbor-bench line. The tables hold, per workload and target, the median over
 rounds, and the ratio Arbor/ZooKeeper of those medians, against the targets
-(standalone: issue 12's; ensemble: issue 11's).
+(standalone and scale: issue 12's; ensemble: issue 11's).
 """
 
 import datetime
@@ -66,9 +67,10 @@ def load(name, path):
 
 standalone = load("standalone", env("RESULTS"))
 ensemble = load("ensemble", env("ENSEMBLE"))
-parts = [p for p in (standalone, ensemble) if p is not None]
+scale = load("scale", env("SCALE"))
+parts = [p for p in (standalone, ensemble, scale) if p is not None]
 if not parts:
-    sys.exit("report.py: no results in $RESULTS or $ENSEMBLE")
+    sys.exit("report.py: no results in $RESULTS, $ENSEMBLE or $SCALE")
 
 
 def fmt(value, unit=""):
@@ -165,7 +167,7 @@ ENS_INFO = [
 
 # Fields of a result shown as flags in "How it was run".
 FLAGS = ("concurrency", "conns", "count", "size", "waiters", "herd", "session_timeout_ms", "rounds", "kills", "writers",
-         "nodes", "path_bytes", "watchers")
+         "nodes", "path_bytes", "watchers", "children")
 
 
 def targets_table(part, rows):
@@ -230,6 +232,94 @@ def commands(part, server):
         w(line)
 
 
+def sizes(part, prefix):
+    """The sizes N of a scale part's labels PREFIX-N, in order."""
+    found = set()
+    for label, _target in part.runs:
+        if label.startswith(prefix + "-") and label[len(prefix) + 1:].isdigit():
+            found.add(int(label[len(prefix) + 1:]))
+    return sorted(found)
+
+
+def count_text(n):
+    for div, suffix in ((1_000_000, " M"), (1_000, " k")):
+        if n >= div and n % div == 0:
+            return f"{n // div}{suffix}"
+    return str(n)
+
+
+# (title, label prefix, field, unit) of each scale table; rows by size.
+SCALE_TABLES = [
+    ("znodes", "creates, 64 in flight, 8 conns: throughput", "create", "ops_per_s", "ops/s"),
+    ("znodes", "server CPU per create", "create", "server_cpu_us_per_op", "cpu"),
+    ("znodes", "get, 1 in flight: p50", "get", "p50_us", "us"),
+    ("znodes", "memory per znode (32 B), RSS", "znodes", "bytes_per_znode", "B"),
+    ("znodes", "filling them (multis of 1000 creates, 8 in flight): znodes per second", "znodes", "ops_per_s", "ops/s"),
+    ("znodes", "restart after kill -9", "recovery", "recovery_ms", "ms"),
+    ("children", "get-children, 1 in flight: p50", "children", "p50_us", "us"),
+    ("children", "get-children, 1 in flight: p99", "children", "p99_us", "us"),
+    ("idle sessions", "memory per idle session, RSS", "sessions", "bytes_per_connection", "B"),
+    ("idle sessions", "server CPU while they idle (heartbeats), ms per second", "sessions", "idle_server_cpu_ms_per_s", ""),
+    ("watches", "memory per watch, RSS, all watches", "watches", "bytes_per_watch", "B"),
+    ("watches", "memory per watch, RSS, first watch of a path above its path bytes", "watches",
+     "bytes_per_watch_over_path", "B"),
+]
+
+
+def scale_table(part, size_name, title, prefix, field, unit):
+    w(f"**{title}**")
+    w("")
+    w(f"| {size_name} | Arbor | ZooKeeper | Arbor/ZooKeeper |")
+    w("| ---: | ---: | ---: | ---: |")
+    for n in sizes(part, prefix):
+        a = part.median(f"{prefix}-{n}", "arbor", field)
+        z = part.median(f"{prefix}-{n}", "zookeeper", field)
+        z_text = fmt(z, unit) if z is not None else "not run"
+        w(f"| {count_text(n)} | {fmt(a, unit)} | {z_text} | {fmt(ratio(a, z))} |")
+    w("")
+
+
+def spread(part, prefix, field):
+    """Arbor's lowest and highest median of FIELD over the sizes, with them."""
+    found = [(part.median(f"{prefix}-{n}", "arbor", field), n) for n in sizes(part, prefix)]
+    found = [(v, n) for v, n in found if v is not None]
+    if len(found) < 2:
+        return None
+    return min(found), max(found)
+
+
+def scale_targets(part):
+    w("| target | figure | met |")
+    w("| --- | --- | :---: |")
+    for what, prefix, field, unit, better in (
+        ("create throughput within 20 % from the smallest to the largest tree", "create", "ops_per_s", "ops/s", "high"),
+        ("memory per znode flat (within 20 %) from the smallest to the largest tree", "znodes", "bytes_per_znode", "B",
+         "low"),
+    ):
+        found = spread(part, prefix, field)
+        if found is None:
+            w(f"| {what} | – | ? |")
+            continue
+        (low, low_n), (high, high_n) = found
+        ok = low / high >= 0.8 if better == "high" else high / low <= 1.2
+        w(f"| {what} | {fmt(low, unit)} at {count_text(low_n)} … {fmt(high, unit)} at {count_text(high_n)} "
+          f"| {'✅' if ok else '❌'} |")
+    largest = max(sizes(part, "recovery"), default=None)
+    if largest is not None:
+        a = part.median(f"recovery-{largest}", "arbor", "recovery_ms")
+        z = part.median(f"recovery-{largest}", "zookeeper", "recovery_ms")
+        if z is None:
+            zk = sizes(part, "recovery")
+            zk = [n for n in zk if part.median(f"recovery-{n}", "zookeeper", "recovery_ms") is not None]
+            held = f"; ZooKeeper was run up to {count_text(max(zk))}, what its 1000 MB heap holds" if zk else ""
+            w(f"| restart at {count_text(largest)} znodes ≤ ¼ of ZooKeeper's | Arbor {fmt(a, 'ms')}, ZooKeeper "
+              f"not run{held} | n/a |")
+        else:
+            r = ratio(a, z)
+            w(f"| restart at {count_text(largest)} znodes ≤ ¼ of ZooKeeper's | {fmt(a, 'ms')} against "
+              f"{fmt(z, 'ms')}: {fmt(r)} | {'✅' if r is not None and r <= 0.25 else '❌'} |")
+
+
 out = []
 w = out.append
 w("# Benchmarks: Arbor against Apache ZooKeeper")
@@ -245,6 +335,8 @@ if standalone and ensemble:
 elif ensemble:
     w("This report holds only the ensemble part: three `arbord` members against a")
     w("three-server ZooKeeper ensemble.")
+if scale:
+    w("The scale section runs the standalone servers again as the work grows.")
 quick = [p.name for p in parts if p.quick]
 if quick:
     w("")
@@ -309,6 +401,34 @@ if ensemble:
     every_run_table(e, [(label, field, unit) for _row, label, field, unit, _goal, _bound in ENS_TARGETS] +
                     [(label, field, unit) for _row, label, field, unit in ENS_INFO if label == "ens-failover"])
 
+if scale:
+    c = scale
+    w("")
+    w("## Scale: how cost grows with the work")
+    w("")
+    w("One `arbord` and one ZooKeeper server as in the standalone part, a fresh data directory")
+    w("for each size. Znodes: the tree is filled with N znodes of 32 B (`memory --keep`: the")
+    w("RSS they add), then 50 000 creates at 64 in flight and 10 000 single gets run on top of")
+    w("them; the restart is `recovery` on another fresh server holding N znodes. ZooKeeper")
+    w("runs only up to the sizes its `-Xmx1000m` heap holds (about 1 KB a znode). Children:")
+    w("one node with N children, listed with one request in flight. Idle sessions: as")
+    w("`idle-memory`, with the server's CPU time while they idle. Watches: sessions setting")
+    w("exists watches on short paths until there are that many.")
+    w("")
+    w("### Targets")
+    w("")
+    scale_targets(c)
+    w("")
+    current = None
+    for size_name, title, prefix, field, unit in SCALE_TABLES:
+        if not sizes(c, prefix):
+            continue
+        if size_name != current:
+            w(f"### By {size_name}")
+            w("")
+            current = size_name
+        scale_table(c, size_name, title, prefix, field, unit)
+
 fsync_all = [v for p in parts for v in p.values("fsync", "disk", "p50_us")]
 fsync_all_p99 = [v for p in parts for v in p.values("fsync", "disk", "p99_us")]
 fsync_p50 = statistics.median(fsync_all) if fsync_all else None
@@ -321,7 +441,8 @@ w(f"* CPU: {env('CPU_MODEL', '?')}, {os.cpu_count()} cores; memory {env('MEM_GIB
 w(f"* Kernel: {platform.release()}; filesystem of the data directories: {env('FS_TYPE', '?')}")
 w(f"* Disk: raw 4 KiB write + fdatasync p50 {fmt(fsync_p50, 'us')}, p99 {fmt(fsync_p99, 'us')} "
   "(median of the probes taken at the start of each round)")
-w(f"* Arbor {env('ARBOR_VERSION', '?')} (commit {env('COMMIT', '?')}), {env('RUSTC', '?')}, release build")
+measured_commits = list(dict.fromkeys(c for p in parts for c in p.commits)) or [env("COMMIT", "?")]
+w(f"* Arbor {env('ARBOR_VERSION', '?')} (commit {', '.join(measured_commits)}), {env('RUSTC', '?')}, release build")
 w(f"* Apache ZooKeeper {env('ZK_VERSION', '?')} (Debian package), {env('JAVA', '?')}, `-Xmx1000m`, "
   "logging at INFO to a rolling file as Debian's service does")
 for p in parts:
@@ -354,6 +475,10 @@ if ensemble:
       f"server.i=127.0.0.1:{quorum}+i-1:{election}+i-1 forceSync=yes maxClientCnxns=0")
     commands(ensemble, "--server A,B,C ")
     w(f"# --server: Arbor {env('ENS_ARBOR_SERVERS', '?')}, ZooKeeper {env('ENS_ZK_SERVERS', '?')}")
+if scale:
+    w("")
+    w("# scale: the standalone servers; each command once per size N")
+    commands(scale, "")
 w("```")
 w("")
 w("ZooKeeper runs as Debian's package runs it as a service: `-Xmx1000m`, Debian's")

@@ -24,7 +24,8 @@ mod workload;
 
 use target::Kind;
 use workload::{
-    expiry, failover, fsync, handoff, idle_memory, load, lock, memory, recovery, watch_memory, Env,
+    children, expiry, failover, fsync, handoff, idle_memory, load, lock, memory, recovery,
+    watch_memory, Env,
 };
 
 /// Time given to zookeeper-client's background tasks to send CloseSession
@@ -77,6 +78,8 @@ enum Workload {
     Expiry(expiry::ExpiryArgs),
     /// Restart time of a server holding N znodes.
     Recovery(recovery::RecoveryArgs),
+    /// Get-children latency of a node with N children.
+    Children(children::ChildrenArgs),
     /// Kill -9 of an ensemble's leader to the next acknowledged write.
     Failover(failover::FailoverArgs),
     /// Latency of a small write + fdatasync in a directory (no server).
@@ -126,6 +129,7 @@ fn run(cli: Cli) -> Result<String> {
             Workload::WatchMemory(args) => watch_memory::run(&env, args).await?,
             Workload::Expiry(args) => expiry::run(&env, args).await?,
             Workload::Recovery(args) => recovery::run(&env, args).await?,
+            Workload::Children(args) => children::run(&env, args).await?,
             Workload::Failover(args) => failover::run(&env, args).await?,
             Workload::FsyncProbe(args) => fsync::run(args)?,
         };

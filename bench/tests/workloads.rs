@@ -204,6 +204,41 @@ fn memory_reports_bytes_per_znode() {
     );
 }
 
+// Proves children lists a node holding exactly the children it created, and
+// removes them afterwards.
+#[test]
+fn children_lists_every_child_and_cleans_up() {
+    let server = TestServer::start();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "children",
+        "--children",
+        "2500",
+        "--batch",
+        "1000",
+        "--count",
+        "20",
+    ]);
+    assert_eq!(report["workload"], "children");
+    assert_eq!(report["children"], 2500);
+    assert_eq!(report["ops"], 20);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let left = runtime.block_on(async {
+        let client = arbor_client::Client::connect(server.addr(), Default::default())
+            .await
+            .expect("connects");
+        client.get_children("/").await.expect("lists /")
+    });
+    assert!(
+        left.iter().all(|name| !name.starts_with("bench-children")),
+        "left behind: {left:?}"
+    );
+}
+
 // Proves idle-memory keeps its sessions alive while idle and reports bytes
 // per connection.
 #[test]
@@ -221,6 +256,11 @@ fn idle_memory_reports_bytes_per_connection() {
     ]);
     has_keys(&report, &["rss_before_bytes", "rss_after_bytes", "idle_ms"]);
     assert_eq!(report["conns"], 64);
+    // Heartbeats cost something, but nowhere near a core.
+    let idle_cpu = report["idle_server_cpu_ms_per_s"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    assert!((0.0..1000.0).contains(&idle_cpu), "{report}");
     assert_eq!(report["ops"], 64);
     // Far less than a megabyte per session; growth itself is not asserted,
     // as RSS also moves with what the allocator returns.

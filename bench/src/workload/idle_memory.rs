@@ -16,7 +16,9 @@
 //!    (an expired one would have freed its memory and flattered the figure),
 //!    then closes all.
 //!
-//! `bytes_per_connection` = (after − before) ÷ `--conns`. The server must
+//! `bytes_per_connection` = (after − before) ÷ `--conns`;
+//! `idle_server_cpu_ms_per_s` is the server's CPU time during step 4 per
+//! second of it: what heartbeats and session upkeep cost. The server must
 //! accept that many connections from one address: ZooKeeper's
 //! `maxClientCnxns` (60 in Debian's zoo.cfg; 0 lifts it), Arbor's
 //! `--max-connections` and `--max-connections-per-ip`.
@@ -28,6 +30,7 @@ use tokio::task::JoinSet;
 
 use super::memory::{rss_bytes, settled_rss};
 use super::{close_many, Env};
+use crate::cpu::cpu_us;
 use crate::fd_limit::ensure_open_files;
 use crate::stats::{micros, round3, Report, Summary};
 use crate::target::{ConnectOptions, Kind, Session, CONNECTS_IN_PARALLEL};
@@ -78,7 +81,12 @@ pub async fn run(env: &Env, args: &IdleMemoryArgs) -> Result<Report> {
         .max()
         .unwrap_or(Duration::ZERO);
     eprintln!("arbor-bench: idle-memory: all connected; idle for {idle:?}, then settling");
+    // What the server spends on sessions that only send heartbeats.
+    let idle_started = Instant::now();
+    let cpu_before = cpu_us(Some(args.server_pid))?;
     tokio::time::sleep(idle).await;
+    let idle_cpu_us = cpu_us(Some(args.server_pid))?.saturating_sub(cpu_before);
+    let idle_secs = idle_started.elapsed().as_secs_f64();
     let rss_after = settled_rss(args.server_pid).await?;
     check_alive(&sessions)
         .await
@@ -102,7 +110,11 @@ pub async fn run(env: &Env, args: &IdleMemoryArgs) -> Result<Report> {
         .field("rss_before_bytes", rss_before)
         .field("rss_after_bytes", rss_after)
         .field("rss_at_end_of_connect_bytes", rss_connected)
-        .field("bytes_per_connection", round3(grown / args.conns as f64));
+        .field("bytes_per_connection", round3(grown / args.conns as f64))
+        .field(
+            "idle_server_cpu_ms_per_s",
+            round3(idle_cpu_us as f64 / 1000.0 / idle_secs.max(f64::MIN_POSITIVE)),
+        );
     Ok(report)
 }
 

@@ -123,11 +123,11 @@ pub async fn settled_rss(pid: u32) -> Result<u64> {
 }
 
 /// The nodes `<root>/<index>` split into transactions.
-struct Batches {
-    root: String,
-    count: u64,
-    batch: u64,
-    data: Vec<u8>,
+pub(super) struct Batches {
+    pub(super) root: String,
+    pub(super) count: u64,
+    pub(super) batch: u64,
+    pub(super) data: Vec<u8>,
 }
 
 impl Batches {
@@ -139,7 +139,7 @@ impl Batches {
 }
 
 /// Runs every batch (creating, or deleting), `concurrency` at a time.
-async fn run_batches(
+pub(super) async fn run_batches(
     sessions: &[Session],
     concurrency: usize,
     batches: u64,

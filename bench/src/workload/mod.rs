@@ -20,6 +20,7 @@ use anyhow::{anyhow, Result};
 use crate::stats::micros;
 use crate::target::{ConnectOptions, Kind, NodeMode, Session, CONNECTS_IN_PARALLEL};
 
+pub mod children;
 pub mod expiry;
 pub mod failover;
 pub mod fsync;
