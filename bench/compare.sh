@@ -82,6 +82,9 @@ fi
 scale_listings() { if [ "$1" -ge 100000 ]; then echo 200; else echo 2000; fi; }
 SCALE_WATCH_PATH_BYTES=64
 SCALE_WATCHERS=4
+# scale: the znodes are spread over this many parents at every size, so 10 M
+# stay under Arbor's 2^20 children per node and every size has one shape.
+SCALE_PARENTS=100
 # watch-memory: WATCH_SESSIONS sessions each watch WATCH_NODES nodes whose
 # paths are this long, so bytes per watch can be set against path bytes
 # (WATCH_NODES first watches alone on their paths: megabytes, well above
@@ -408,11 +411,12 @@ scale_workloads() {
         start_fresh "$target"
         warm_up "$target" "127.0.0.1:$(port_of "$target")"
         pid=$(cat "$WORK/$target/pid")
-        scale_run "$round" "$target" "znodes-$n" --keep memory --count "$n" --server-pid "$pid"
+        scale_run "$round" "$target" "znodes-$n" --keep memory --count "$n" --parents "$SCALE_PARENTS" --server-pid "$pid"
         scale_run "$round" "$target" "create-$n" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
         scale_run "$round" "$target" "get-$n" get --concurrency 1 --conns 1 --count "$ONE_COUNT" --server-pid "$pid"
         start_fresh "$target"
-        scale_run "$round" "$target" "recovery-$n" recovery --count "$n" --restart-cmd "$WORK/$target/restart.sh"
+        scale_run "$round" "$target" "recovery-$n" recovery --count "$n" --parents "$SCALE_PARENTS" \
+            --restart-cmd "$WORK/$target/restart.sh"
     done
     for n in "${SCALE_CHILDREN[@]}"; do
         start_fresh "$target"

@@ -167,7 +167,7 @@ ENS_INFO = [
 
 # Fields of a result shown as flags in "How it was run".
 FLAGS = ("concurrency", "conns", "count", "size", "waiters", "herd", "session_timeout_ms", "rounds", "kills", "writers",
-         "nodes", "path_bytes", "watchers", "children")
+         "nodes", "path_bytes", "watchers", "children", "parents")
 
 
 def targets_table(part, rows):
@@ -407,8 +407,8 @@ if scale:
     w("## Scale: how cost grows with the work")
     w("")
     w("One `arbord` and one ZooKeeper server as in the standalone part, a fresh data directory")
-    w("for each size. Znodes: the tree is filled with N znodes of 32 B (`memory --keep`: the")
-    w("RSS they add), then 50 000 creates at 64 in flight and 10 000 single gets run on top of")
+    w("for each size. Znodes: the tree is filled with N znodes of 32 B spread over 100 parents")
+    w("(`memory --keep --parents 100`: the RSS they add), then 50 000 creates at 64 in flight and 10 000 single gets run on top of")
     w("them; the restart is `recovery` on another fresh server holding N znodes. ZooKeeper")
     w("runs only up to the sizes its `-Xmx1000m` heap holds (about 1 KB a znode). Children:")
     w("one node with N children, listed with one request in flight. Idle sessions: as")

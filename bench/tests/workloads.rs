@@ -204,6 +204,49 @@ fn memory_reports_bytes_per_znode() {
     );
 }
 
+// Proves memory can spread its nodes over several parents and removes them
+// all, parents included.
+#[test]
+fn memory_spreads_nodes_over_parents() {
+    let server = TestServer::start();
+    let pid = server.pid().to_string();
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "memory",
+        "--count",
+        "3000",
+        "--batch",
+        "500",
+        "--parents",
+        "7",
+        "--server-pid",
+        &pid,
+    ]);
+    assert_eq!(report["parents"], 7);
+    assert_eq!(report["ops"], 3000);
+    assert!(
+        root_children(server.addr())
+            .iter()
+            .all(|name| !name.starts_with("bench-memory")),
+        "left behind"
+    );
+}
+
+/// The names under `/` of the server at `addr`.
+fn root_children(addr: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let client = arbor_client::Client::connect(addr, Default::default())
+            .await
+            .expect("connects");
+        client.get_children("/").await.expect("lists /")
+    })
+}
+
 // Proves children lists a node holding exactly the children it created, and
 // removes them afterwards.
 #[test]
@@ -223,16 +266,7 @@ fn children_lists_every_child_and_cleans_up() {
     assert_eq!(report["workload"], "children");
     assert_eq!(report["children"], 2500);
     assert_eq!(report["ops"], 20);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let left = runtime.block_on(async {
-        let client = arbor_client::Client::connect(server.addr(), Default::default())
-            .await
-            .expect("connects");
-        client.get_children("/").await.expect("lists /")
-    });
+    let left = root_children(server.addr());
     assert!(
         left.iter().all(|name| !name.starts_with("bench-children")),
         "left behind: {left:?}"

@@ -50,6 +50,7 @@ pub async fn run(env: &Env, args: &ChildrenArgs) -> Result<Report> {
         root: root.clone(),
         count: args.children,
         batch: args.batch,
+        parents: 1,
         data: Vec::new(),
     });
     run_batches(&sessions, FILL_CONCURRENCY, batches, &spec, true).await?;

@@ -5,6 +5,8 @@
 //! `--batch` creates, `--concurrency` transactions in flight, on both targets
 //! — and reads VmRSS again once it has settled (`rss_after_bytes`; the
 //! reading right at the end of the fill is `rss_at_end_of_fill_bytes`).
+//! With `--parents P` the nodes are spread over P parents (`<root>/p<j>`),
+//! for counts past the server's children-per-node limit (Arbor: 2^20).
 //! Latency fields are per transaction.
 
 use std::sync::Arc;
@@ -33,15 +35,18 @@ pub struct MemoryArgs {
     /// Transactions in flight.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
+    /// Parents the nodes are spread over, round-robin (1: all under the root).
+    #[arg(long, default_value_t = 1)]
+    pub parents: u64,
 }
 
 /// Sessions the transactions are spread over.
 const MEMORY_CONNS: usize = 4;
 
 pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
-    if args.count == 0 || args.batch == 0 || args.concurrency == 0 {
+    if args.count == 0 || args.batch == 0 || args.concurrency == 0 || args.parents == 0 {
         return Err(anyhow!(
-            "--count, --batch and --concurrency must be positive"
+            "--count, --batch, --concurrency and --parents must be positive"
         ));
     }
     let sessions = env
@@ -49,24 +54,31 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
         .await?;
     let root = fresh_root("memory");
     sessions[0].ensure(&root, &[]).await?;
+    let spec = Arc::new(Batches {
+        root: root.clone(),
+        count: args.count,
+        batch: args.batch,
+        parents: args.parents,
+        data: vec![b'm'; args.size],
+    });
+    for parent in spec.parent_paths() {
+        sessions[0].ensure(&parent, &[]).await?;
+    }
     let rss_before = rss_bytes(args.server_pid)?;
     eprintln!(
         "arbor-bench: memory: creating {} nodes under {root} (server RSS {rss_before} B)",
         args.count
     );
     let batches = args.count.div_ceil(args.batch);
-    let spec = Arc::new(Batches {
-        root: root.clone(),
-        count: args.count,
-        batch: args.batch,
-        data: vec![b'm'; args.size],
-    });
     let run = run_batches(&sessions, args.concurrency, batches, &spec, true).await?;
     let rss_peak = rss_bytes(args.server_pid)?;
     let rss_after = settled_rss(args.server_pid).await?;
     if !env.keep {
         eprintln!("arbor-bench: memory: deleting the nodes");
         run_batches(&sessions, args.concurrency, batches, &spec, false).await?;
+        for parent in spec.parent_paths() {
+            sessions[0].delete_if_exists(&parent).await?;
+        }
         sessions[0].delete_if_exists(&root).await?;
     }
     close_all(sessions).await?;
@@ -80,6 +92,7 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
         .field("size", args.size)
         .field("batch", args.batch)
         .field("concurrency", args.concurrency)
+        .field("parents", args.parents)
         .field("server_pid", args.server_pid)
         .throughput(args.count, run.elapsed, &latency)
         .field("batches", batches)
@@ -122,11 +135,13 @@ pub async fn settled_rss(pid: u32) -> Result<u64> {
     }
 }
 
-/// The nodes `<root>/<index>` split into transactions.
+/// The nodes `<root>/<index>` (or, over several parents,
+/// `<root>/p<index % parents>/<index>`) split into transactions.
 pub(super) struct Batches {
     pub(super) root: String,
     pub(super) count: u64,
     pub(super) batch: u64,
+    pub(super) parents: u64,
     pub(super) data: Vec<u8>,
 }
 
@@ -134,7 +149,22 @@ impl Batches {
     fn paths(&self, batch: u64) -> Vec<String> {
         let start = batch * self.batch;
         let end = (start + self.batch).min(self.count);
-        (start..end).map(|i| format!("{}/{i}", self.root)).collect()
+        (start..end)
+            .map(|i| match self.parents {
+                0 | 1 => format!("{}/{i}", self.root),
+                parents => format!("{}/p{}/{i}", self.root, i % parents),
+            })
+            .collect()
+    }
+
+    /// The parents to create before the nodes (none when they go under the root).
+    pub(super) fn parent_paths(&self) -> Vec<String> {
+        match self.parents {
+            0 | 1 => Vec::new(),
+            parents => (0..parents)
+                .map(|j| format!("{}/p{j}", self.root))
+                .collect(),
+        }
     }
 }
 

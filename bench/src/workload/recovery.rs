@@ -52,10 +52,23 @@ pub struct RecoveryArgs {
     /// Bytes of data per filled node.
     #[arg(long, default_value_t = 32)]
     pub size: usize,
+    /// Parents the filled nodes are spread over (`/bench-recovery/p<j>`),
+    /// for counts past a server's children-per-node limit; 1: all under
+    /// /bench-recovery.
+    #[arg(long, default_value_t = 1)]
+    pub parents: u64,
 }
 
 pub async fn run(env: &Env, args: &RecoveryArgs) -> Result<Report> {
-    let expected = args.count.to_string().into_bytes();
+    if args.parents == 0 {
+        return Err(anyhow!("--parents must be positive"));
+    }
+    // The marker names the shape too: a fill of another shape is not reused.
+    let expected = match args.parents {
+        1 => args.count.to_string(),
+        parents => format!("{}/{parents}", args.count),
+    }
+    .into_bytes();
     let session = env.connect(&ConnectOptions::default()).await?;
     let filled_now = session.get_if_exists(MARKER).await?.as_deref() != Some(&expected[..]);
     let fill_started = Instant::now();
@@ -65,7 +78,12 @@ pub async fn run(env: &Env, args: &RecoveryArgs) -> Result<Report> {
             args.count
         );
         session.ensure(ROOT, &[]).await?;
-        fill(&session, args.count, &vec![b'r'; args.size]).await?;
+        if args.parents > 1 {
+            for parent in 0..args.parents {
+                session.ensure(&format!("{ROOT}/p{parent}"), &[]).await?;
+            }
+        }
+        fill(&session, args.count, args.parents, &vec![b'r'; args.size]).await?;
         session.ensure(MARKER, &expected).await?;
         session.set(MARKER, &expected).await?;
     }
@@ -116,6 +134,7 @@ pub async fn run(env: &Env, args: &RecoveryArgs) -> Result<Report> {
     let mut report = Report::new("recovery", env.kind.name(), &env.server);
     report
         .field("count", args.count)
+        .field("parents", args.parents)
         .field("restart_cmd", args.restart_cmd.as_str())
         .throughput(1, recovered, &latency)
         .field("recovery_ms", round3(recovered.as_secs_f64() * 1000.0))
@@ -136,7 +155,7 @@ async fn read_marker(env: &Env, options: &ConnectOptions) -> Result<Option<Vec<u
 /// Creates `<ROOT>/n<i>` for i < count in transactions; a transaction that
 /// fails (some nodes exist from an earlier, partial fill) is redone node by
 /// node, skipping existing ones.
-async fn fill(session: &Session, count: u64, data: &[u8]) -> Result<()> {
+async fn fill(session: &Session, count: u64, parents: u64, data: &[u8]) -> Result<()> {
     let next = Arc::new(AtomicU64::new(0));
     let batches = count.div_ceil(FILL_BATCH);
     let mut tasks = Vec::with_capacity(FILL_CONCURRENCY);
@@ -150,7 +169,10 @@ async fn fill(session: &Session, count: u64, data: &[u8]) -> Result<()> {
                 }
                 let start = batch * FILL_BATCH;
                 let paths: Vec<String> = (start..(start + FILL_BATCH).min(count))
-                    .map(|i| format!("{ROOT}/n{i}"))
+                    .map(|i| match parents {
+                        1 => format!("{ROOT}/n{i}"),
+                        parents => format!("{ROOT}/p{}/n{i}", i % parents),
+                    })
                     .collect();
                 if session.create_batch(&paths, &data).await.is_err() {
                     for path in &paths {
