@@ -78,10 +78,11 @@ else
 fi
 # scale: listings timed per child count (a 100 k listing takes milliseconds),
 # and the watches' paths (short, so a million fit ZooKeeper's heap), set by
-# SCALE_WATCHERS sessions on SCALE_WATCHES / SCALE_WATCHERS nodes.
+# SCALE_WATCHERS sessions on SCALE_WATCHES / SCALE_WATCHERS nodes (arbor-client holds
+# at most 65 536 watchers a session).
 scale_listings() { if [ "$1" -ge 100000 ]; then echo 200; else echo 2000; fi; }
 SCALE_WATCH_PATH_BYTES=64
-SCALE_WATCHERS=4
+SCALE_WATCHERS=16
 # scale: the znodes are spread over this many parents at every size, so 10 M
 # stay under Arbor's 2^20 children per node and every size has one shape.
 SCALE_PARENTS=100
