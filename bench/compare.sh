@@ -344,17 +344,15 @@ start_fresh() {
     exit 1
 }
 
-# run ROUND TARGET LABEL ARGS...: one standalone arbor-bench run, kept.
-run() {
-    local round=$1 target=$2 label=$3
-    shift 3
-    if [ "$target" = disk ]; then
-        record "$RESULTS" "$round" "$target" "$label" "$@"
-    else
-        record "$RESULTS" "$round" "$target" "$label" \
-            --target "$target" --server "127.0.0.1:$(port_of "$target")" "$@"
-    fi
+# run_on FILE ROUND TARGET LABEL ARGS...: one arbor-bench run against TARGET's
+# standalone server, kept in FILE; run keeps it with the standalone part's.
+run_on() {
+    local file=$1 round=$2 target=$3 label=$4
+    shift 4
+    record "$file" "$round" "$target" "$label" \
+        --target "$target" --server "127.0.0.1:$(port_of "$target")" "$@"
 }
+run() { run_on "$RESULTS" "$@"; }
 
 workloads() {
     local round=$1 target=$2 pid
@@ -397,12 +395,7 @@ workloads() {
 # --- scale -------------------------------------------------------------------
 # The standalone servers and start scripts, fresh for each size.
 
-scale_run() {
-    local round=$1 target=$2 label=$3
-    shift 3
-    record "$SCALE" "$round" "$target" "$label" \
-        --target "$target" --server "127.0.0.1:$(port_of "$target")" "$@"
-}
+scale_run() { run_on "$SCALE" "$@"; }
 
 scale_workloads() {
     local round=$1 target=$2 n pid limit
@@ -627,6 +620,21 @@ ensemble_workloads() {
 
 # --- the runs ----------------------------------------------------------------
 
+# each_round FILE ROUNDS WORKLOADS: ROUNDS rounds into FILE, each running
+# `WORKLOADS ROUND TARGET` for both targets (which goes first alternates)
+# between two probes of the disk's raw fsync.
+each_round() {
+    local file=$1 rounds=$2 workloads=$3 round order target
+    for round in $(seq 1 "$rounds"); do
+        record "$file" "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
+        if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
+        for target in $order; do
+            "$workloads" "$round" "$target"
+        done
+        record "$file" "$round" disk fsync-after fsync-probe --dir "$WORK" --count 2000
+    done
+}
+
 mkdir -p "$WORK"
 if part standalone; then
     stop arbor
@@ -635,14 +643,7 @@ if part standalone; then
     : >"$RESULTS"
     BENCH_LOG=$WORK/bench.log
     write_scripts
-    for round in $(seq 1 "$ROUNDS"); do
-        run "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
-        if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
-        for target in $order; do
-            workloads "$round" "$target"
-        done
-        run "$round" disk fsync-after fsync-probe --dir "$WORK" --count 2000
-    done
+    each_round "$RESULTS" "$ROUNDS" workloads
 fi
 
 if part ensemble; then
@@ -652,14 +653,7 @@ if part ensemble; then
     : >"$ENSEMBLE"
     BENCH_LOG=$WORK/ensemble-bench.log
     write_ensemble_scripts
-    for round in $(seq 1 "$ROUNDS"); do
-        record "$ENSEMBLE" "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
-        if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
-        for target in $order; do
-            ensemble_workloads "$round" "$target"
-        done
-        record "$ENSEMBLE" "$round" disk fsync-after fsync-probe --dir "$WORK" --count 2000
-    done
+    each_round "$ENSEMBLE" "$ROUNDS" ensemble_workloads
 fi
 
 if part scale; then
@@ -669,13 +663,7 @@ if part scale; then
     : >"$SCALE"
     BENCH_LOG=$WORK/scale-bench.log
     write_scripts
-    for round in $(seq 1 "$SCALE_ROUNDS"); do
-        record "$SCALE" "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
-        if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
-        for target in $order; do
-            scale_workloads "$round" "$target"
-        done
-    done
+    each_round "$SCALE" "$SCALE_ROUNDS" scale_workloads
 fi
 
 # --- report ------------------------------------------------------------------

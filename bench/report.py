@@ -301,9 +301,13 @@ def scale_targets(part):
             w(f"| {what} | – | ? |")
             continue
         (low, low_n), (high, high_n) = found
+        span = f"{fmt(low, unit)} at {count_text(low_n)} … {fmt(high, unit)} at {count_text(high_n)}"
+        if low <= 0:
+            # RSS growth at a small size can drown in the allocator's noise.
+            w(f"| {what} | {span} (a figure at or below zero: noise) | ? |")
+            continue
         ok = low / high >= 0.8 if better == "high" else high / low <= 1.2
-        w(f"| {what} | {fmt(low, unit)} at {count_text(low_n)} … {fmt(high, unit)} at {count_text(high_n)} "
-          f"| {'✅' if ok else '❌'} |")
+        w(f"| {what} | {span} | {'✅' if ok else '❌'} |")
     largest = max(sizes(part, "recovery"), default=None)
     if largest is not None:
         a = part.median(f"recovery-{largest}", "arbor", "recovery_ms")
