@@ -413,7 +413,9 @@ scale_workloads() {
             --restart-cmd "$WORK/$target/restart.sh"
     done
     for n in "${SCALE_CHILDREN[@]}"; do
+        # Latency rows on a warm JIT, as the znode rows.
         start_fresh "$target"
+        warm_up "$target" "127.0.0.1:$(port_of "$target")"
         scale_run "$round" "$target" "children-$n" children --children "$n" --count "$(scale_listings "$n")"
     done
     limit=$(ulimit -n)
