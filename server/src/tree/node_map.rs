@@ -8,7 +8,7 @@
 //! it changes; the cost of a snapshot is spread over the writes that follow
 //! it rather than paid at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -107,6 +107,65 @@ impl NodeMap {
     pub fn iter(&self) -> impl Iterator<Item = (&PathKey, &NodeRef)> {
         self.shards.iter().flat_map(|shard| shard.iter())
     }
+
+    /// As [`NodeMap::iter`], with the memory of the entries a little ahead
+    /// asked for before they are reached. A pass over every node (a
+    /// snapshot) waits on three cache misses per node, one after another:
+    /// the path, the node, then its data; perf put 60 % of a snapshot's
+    /// time on the first and last. Asked for early, they overlap.
+    pub fn iter_prefetched(&self) -> impl Iterator<Item = (&PathKey, &NodeRef)> {
+        Prefetched {
+            inner: self.iter(),
+            ahead: VecDeque::with_capacity(PREFETCH_AHEAD),
+        }
+    }
+}
+
+/// Entries [`NodeMap::iter_prefetched`] looks ahead: enough misses in
+/// flight to hide their latency, few enough that what they bring is still
+/// in the first-level cache when it is used.
+const PREFETCH_AHEAD: usize = 16;
+
+struct Prefetched<'a, I> {
+    inner: I,
+    ahead: VecDeque<(&'a PathKey, &'a NodeRef)>,
+}
+
+impl<'a, I: Iterator<Item = (&'a PathKey, &'a NodeRef)>> Iterator for Prefetched<'a, I> {
+    type Item = (&'a PathKey, &'a NodeRef);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.ahead.len() < PREFETCH_AHEAD {
+            let Some((path, node)) = self.inner.next() else {
+                break;
+            };
+            // Addresses only: neither pointer is read here.
+            prefetch(path.heap_ptr());
+            let node_ptr = NodeRef::as_ptr(node).cast::<u8>();
+            prefetch(node_ptr);
+            prefetch(node_ptr.wrapping_add(64));
+            self.ahead.push_back((path, node));
+        }
+        // Halfway along, the node asked for earlier has arrived: its data
+        // pointer can be read without waiting.
+        if let Some((_, node)) = self.ahead.get(PREFETCH_AHEAD / 2) {
+            prefetch(node.data.as_ptr());
+        }
+        self.ahead.pop_front()
+    }
+}
+
+/// Asks for the cache line at `ptr`; a hint that reads nothing and cannot
+/// fault, whatever the address.
+#[inline(always)]
+fn prefetch(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 has no architectural effect and never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast::<i8>())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
 }
 
 #[cfg(test)]

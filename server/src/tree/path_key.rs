@@ -23,6 +23,11 @@ impl PathKey {
         PathKey(ThinArc::from_header_and_slice((), path.as_bytes()))
     }
 
+    /// Where the path lives, without reading it (for prefetching).
+    pub fn heap_ptr(&self) -> *const u8 {
+        self.0.heap_ptr().cast()
+    }
+
     pub fn as_str(&self) -> &str {
         // SAFETY: the bytes were copied from a `&str` in `new` and are never
         // changed, so they are valid UTF-8.
