@@ -60,6 +60,10 @@ pub struct Config {
     /// Writes (ops, a multi counting each) between snapshots (jittered down to
     /// half of it).
     pub snap_count: u64,
+    /// Writes between snapshots are also at least this percentage of the
+    /// tree's znodes (0: `snap_count` alone; see
+    /// [`crate::storage::snapshotter::writes_between`]).
+    pub snap_tree_percent: u64,
     /// Snapshots kept; the log is kept from the oldest of them on.
     pub snap_retain: usize,
     /// Size at which the log rolls to a new segment.
@@ -125,6 +129,7 @@ impl Default for Config {
             shutdown_grace_ms: 5_000,
             fsync: FsyncPolicy::Always,
             snap_count: 100_000,
+            snap_tree_percent: 100,
             snap_retain: 3,
             segment_bytes_max: SEGMENT_BYTES_DEFAULT,
             ensemble: None,

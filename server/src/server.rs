@@ -380,6 +380,7 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
         snapshot_dir: layout.snapshot_dir.clone(),
         log_dir: layout.log_dir.clone(),
         snap_count: config.snap_count,
+        snap_tree_percent: config.snap_tree_percent,
         snap_retain: config.snap_retain,
     })
     .map_err(io(&layout.snapshot_dir))?;

@@ -46,7 +46,14 @@ const LONG_CYCLES: usize = 500;
 /// How long the server serves the writers before it is killed, in ms.
 const KILL_AFTER_MS: RangeInclusive<u64> = 30..=300;
 /// Frequent snapshots, and so frequent log purging.
-const SERVER_FLAGS: &[&str] = &["--snap-count", "50", "--snap-retain", "2"];
+const SERVER_FLAGS: &[&str] = &[
+    "--snap-count",
+    "50",
+    "--snap-tree-percent",
+    "0",
+    "--snap-retain",
+    "2",
+];
 const ROOT: &str = "/crash";
 const SESSION_TIMEOUT: Duration = Duration::from_millis(4000);
 /// Nodes whose data was already checked once that each verification reads

@@ -88,6 +88,12 @@ struct Args {
     /// down to as little as half).
     #[arg(long, default_value_t = 100_000)]
     snap_count: u64,
+    /// Writes between snapshots are also at least this percentage of the
+    /// tree's znodes: a snapshot rewrites every node, so this keeps its cost
+    /// per write bounded as the tree grows. 0: --snap-count alone.
+    #[arg(long, default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(0..=arbor_server::storage::snapshotter::SNAP_TREE_PERCENT_MAX))]
+    snap_tree_percent: u64,
     /// Snapshots kept; log segments older than the oldest are purged.
     #[arg(long, default_value_t = 3)]
     snap_retain: usize,
@@ -160,6 +166,7 @@ impl Args {
                 Fsync::Never => FsyncPolicy::Never,
             },
             snap_count: self.snap_count,
+            snap_tree_percent: self.snap_tree_percent,
             snap_retain: self.snap_retain,
             segment_bytes_max: self.segment_bytes,
             ensemble: self.ensemble()?,

@@ -25,6 +25,7 @@ use crate::context::Shared;
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::Proposal;
 use crate::storage::snapshot::SnapshotError;
+use crate::storage::snapshotter;
 
 /// Raft's timing (openraft's defaults): a follower starts an election after
 /// 150–300 ms without hearing from a leader (heartbeats every 50 ms). With
@@ -221,6 +222,7 @@ pub async fn start(
         raft.clone(),
         shared.clone(),
         shared.config.snap_count,
+        shared.config.snap_tree_percent,
         stop.clone(),
     ));
     tasks.close();
@@ -243,11 +245,17 @@ const SNAPSHOT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_m
 /// openraft spaces snapshots by log entries, and an entry holds a batch of
 /// writes: under load one entry may carry hundreds. `--snap-count` counts
 /// writes (as a standalone server does), so a snapshot is also asked for
-/// once that many writes were applied since the last one asked for here.
+/// once that many writes were applied since the last one asked for here,
+/// or `--snap-tree-percent` % of the tree's nodes if that is more
+/// ([`snapshotter::writes_between`]). openraft's own count of entries
+/// applies too, unchanged: it also covers entries that write nothing
+/// (session touches), and with one write per entry it still snapshots a big
+/// tree every `snap_count` writes.
 async fn snapshot_by_writes(
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     snap_count: u64,
+    snap_tree_percent: u64,
     stop: CancellationToken,
 ) {
     let mut asked_at = shared.last_zxid();
@@ -257,7 +265,10 @@ async fn snapshot_by_writes(
             () = stop.cancelled() => return,
         }
         let now = shared.last_zxid();
-        if now.saturating_sub(asked_at) >= snap_count {
+        let tree_nodes = shared.state.read().tree.len();
+        if now.saturating_sub(asked_at)
+            >= snapshotter::writes_between(snap_count, snap_tree_percent, tree_nodes)
+        {
             // openraft ignores it while a snapshot is being built.
             if raft.trigger().snapshot().await.is_err() {
                 return;
