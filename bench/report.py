@@ -254,6 +254,7 @@ SCALE_TABLES = [
     ("znodes", "server CPU per create", "create", "server_cpu_us_per_op", "cpu"),
     ("znodes", "get, 1 in flight: p50", "get", "p50_us", "us"),
     ("znodes", "memory per znode (32 B), RSS", "znodes", "bytes_per_znode", "B"),
+    ("znodes", "memory per znode (32 B), RSS, second half of the fill only", "znodes", "marginal_bytes_per_znode", "B"),
     ("znodes", "filling them (multis of 1000 creates, 8 in flight): znodes per second", "znodes", "ops_per_s", "ops/s"),
     ("znodes", "restart after kill -9", "recovery", "recovery_ms", "ms"),
     ("children", "get-children, 1 in flight: p50", "children", "p50_us", "us"),
@@ -279,9 +280,9 @@ def scale_table(part, size_name, title, prefix, field, unit):
     w("")
 
 
-def spread(part, prefix, field):
-    """Arbor's lowest and highest median of FIELD over the sizes, with them."""
-    found = [(part.median(f"{prefix}-{n}", "arbor", field), n) for n in sizes(part, prefix)]
+def spread(part, prefix, field, smallest=0):
+    """Arbor's lowest and highest median of FIELD over the sizes from SMALLEST, with them."""
+    found = [(part.median(f"{prefix}-{n}", "arbor", field), n) for n in sizes(part, prefix) if n >= smallest]
     found = [(v, n) for v, n in found if v is not None]
     if len(found) < 2:
         return None
@@ -291,12 +292,16 @@ def spread(part, prefix, field):
 def scale_targets(part):
     w("| target | figure | met |")
     w("| --- | --- | :---: |")
-    for what, prefix, field, unit, better in (
-        ("create throughput within 20 % from the smallest to the largest tree", "create", "ops_per_s", "ops/s", "high"),
+    for what, prefix, field, unit, better, smallest in (
+        ("create throughput within 20 % from the smallest to the largest tree", "create", "ops_per_s", "ops/s", "high",
+         0),
         ("memory per znode flat (within 20 %) from the smallest to the largest tree", "znodes", "bytes_per_znode", "B",
-         "low"),
+         "low", 0),
+        # Not the issue's target: the same question where RSS can answer it.
+        ("(beside the target) memory per znode over the second half of each fill, flat within 20 % from 100 k up",
+         "znodes", "marginal_bytes_per_znode", "B", "low", 100_000),
     ):
-        found = spread(part, prefix, field)
+        found = spread(part, prefix, field, smallest)
         if found is None:
             w(f"| {what} | – | ? |")
             continue
@@ -412,7 +417,10 @@ if scale:
     w("")
     w("One `arbord` and one ZooKeeper server as in the standalone part, a fresh data directory")
     w("for each size. Znodes: the tree is filled with N znodes of 32 B spread over 100 parents")
-    w("(`memory --keep --parents 100`: the RSS they add), then 50 000 creates at 64 in flight and 10 000 single gets run on top of")
+    w("(`memory --keep --parents 100`: the RSS they add; the fill pauses halfway until RSS")
+    w("settles, and the second half's growth per znode leaves out the fixed costs of a load, which")
+    w("at 10 k znodes are most of the RSS added and vary by megabytes from run to run), then 50 000")
+    w("creates at 64 in flight and 10 000 single gets run on top of")
     w("them; the restart is `recovery` on another fresh server holding N znodes. ZooKeeper")
     w("runs only up to the sizes its `-Xmx1000m` heap holds (about 1 KB a znode). Children:")
     w("one node with N children, listed with one request in flight. Idle sessions: as")

@@ -53,7 +53,7 @@ pub async fn run(env: &Env, args: &ChildrenArgs) -> Result<Report> {
         parents: 1,
         data: Vec::new(),
     });
-    run_batches(&sessions, FILL_CONCURRENCY, batches, &spec, true).await?;
+    run_batches(&sessions, FILL_CONCURRENCY, 0..batches, &spec, true).await?;
 
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(usize::try_from(args.count).unwrap_or(0));
@@ -72,7 +72,7 @@ pub async fn run(env: &Env, args: &ChildrenArgs) -> Result<Report> {
     let elapsed = started.elapsed();
 
     if !env.keep {
-        run_batches(&sessions, FILL_CONCURRENCY, batches, &spec, false).await?;
+        run_batches(&sessions, FILL_CONCURRENCY, 0..batches, &spec, false).await?;
         sessions[0].delete_if_exists(&root).await?;
     }
     close_all(sessions).await?;

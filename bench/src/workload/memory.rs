@@ -5,6 +5,11 @@
 //! `--batch` creates, `--concurrency` transactions in flight, on both targets
 //! — and reads VmRSS again once it has settled (`rss_after_bytes`; the
 //! reading right at the end of the fill is `rss_at_end_of_fill_bytes`).
+//! The fill pauses halfway until RSS settles: `marginal_bytes_per_znode` is
+//! what the second half added per znode, the cost of one more znode without
+//! the fixed costs the first half paid (buffers the load grows, the
+//! allocator's first pages, empty tables), which dominate a small fill's
+//! `bytes_per_znode`.
 //! With `--parents P` the nodes are spread over P parents (`<root>/p<j>`),
 //! for counts past the server's children-per-node limit (Arbor: 2^20).
 //! Latency fields are per transaction.
@@ -70,12 +75,15 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
         args.count
     );
     let batches = args.count.div_ceil(args.batch);
-    let run = run_batches(&sessions, args.concurrency, batches, &spec, true).await?;
+    let half = batches / 2;
+    let first = run_batches(&sessions, args.concurrency, 0..half, &spec, true).await?;
+    let rss_half = settled_rss(args.server_pid).await?;
+    let second = run_batches(&sessions, args.concurrency, half..batches, &spec, true).await?;
     let rss_peak = rss_bytes(args.server_pid)?;
     let rss_after = settled_rss(args.server_pid).await?;
     if !env.keep {
         eprintln!("arbor-bench: memory: deleting the nodes");
-        run_batches(&sessions, args.concurrency, batches, &spec, false).await?;
+        run_batches(&sessions, args.concurrency, 0..batches, &spec, false).await?;
         for parent in spec.parent_paths() {
             sessions[0].delete_if_exists(&parent).await?;
         }
@@ -83,9 +91,11 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
     }
     close_all(sessions).await?;
 
-    let mut latencies = run.latencies;
+    let mut latencies = first.latencies;
+    latencies.extend(second.latencies);
     let latency = Summary::of(&mut latencies);
     let grown = rss_after.saturating_sub(rss_before);
+    let second_half_nodes = args.count - (half * args.batch).min(args.count);
     let mut report = Report::new("memory", env.kind.name(), &env.server);
     report
         .field("count", args.count)
@@ -94,15 +104,24 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
         .field("concurrency", args.concurrency)
         .field("parents", args.parents)
         .field("server_pid", args.server_pid)
-        .throughput(args.count, run.elapsed, &latency)
+        .throughput(args.count, first.elapsed + second.elapsed, &latency)
         .field("batches", batches)
         .field("rss_before_bytes", rss_before)
+        .field("rss_halfway_bytes", rss_half)
         .field("rss_after_bytes", rss_after)
         .field("rss_at_end_of_fill_bytes", rss_peak)
         .field(
             "bytes_per_znode",
             crate::stats::round3(grown as f64 / args.count as f64),
         );
+    // Signed: RSS can fall while the JVM collects. None for a one-batch fill.
+    if half > 0 && second_half_nodes > 0 {
+        let added = rss_after as f64 - rss_half as f64;
+        report.field(
+            "marginal_bytes_per_znode",
+            crate::stats::round3(added / second_half_nodes as f64),
+        );
+    }
     Ok(report)
 }
 
@@ -168,15 +187,17 @@ impl Batches {
     }
 }
 
-/// Runs every batch (creating, or deleting), `concurrency` at a time.
+/// Runs the batches of `range` (creating, or deleting), `concurrency` at a
+/// time.
 pub(super) async fn run_batches(
     sessions: &[Session],
     concurrency: usize,
-    batches: u64,
+    range: std::ops::Range<u64>,
     spec: &Arc<Batches>,
     create: bool,
 ) -> Result<super::Run> {
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let batches = range.end;
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(range.start));
     let started = std::time::Instant::now();
     let mut tasks = Vec::with_capacity(concurrency);
     for task in 0..concurrency {
