@@ -238,7 +238,14 @@ async fn a_truncated_newest_snapshot_falls_back_to_the_previous_one() {
     let (mut server, c) = start_with_keys(
         dir.path(),
         60,
-        &["--snap-count", "10", "--snap-tree-percent", "0", "--snap-retain", "3"],
+        &[
+            "--snap-count",
+            "10",
+            "--snap-tree-percent",
+            "0",
+            "--snap-retain",
+            "3",
+        ],
     )
     .await;
     // The snapshot thread runs at low priority: on a busy machine it may

@@ -569,7 +569,8 @@ async fn catch_up_by_snapshot(writes: usize) {
     // A follower is down while the others take `writes` creates; snapshots
     // come every 2000 writes and the log behind them is purged, so it can
     // only come back through the leader's snapshot. It does, with every node.
-    let mut ensemble = TestEnsemble::start_with(3, &["--snap-count", "2000", "--snap-tree-percent", "0"]);
+    let mut ensemble =
+        TestEnsemble::start_with(3, &["--snap-count", "2000", "--snap-tree-percent", "0"]);
     let leader = ensemble.wait_for_leader(None);
     let lagging = (1..=3).find(|id| *id != leader).expect("a follower");
     ensemble.member(lagging).kill();
