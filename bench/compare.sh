@@ -15,7 +15,8 @@
 #   (QuorumPeerMain), all on this machine; loads spread over the members, and
 #   the time writes take to be acknowledged again after kill -9 of the leader.
 # * scale: the standalone servers again, as the work grows: znodes (10 k to
-#   10 M; ZooKeeper up to 1 M, as far as its 1000 MB heap holds them),
+#   10 M; ZooKeeper up to 1 M, as far as its 1000 MB heap holds them, and
+#   at 10 M the restart alone, on the bigger heap such a tree needs),
 #   children of one node, idle sessions, watches. SCALE_ROUNDS rounds
 #   (default 1): each size is a fresh server.
 #
@@ -68,12 +69,14 @@ part() { [ "$REPORT_ONLY" != 1 ] && { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 if [ "$QUICK" = 1 ]; then
     LOAD_COUNT=5000 GET_COUNT=20000 ONE_COUNT=2000 LOCK_COUNT=200 BIG=20000 EXPIRY_ROUNDS=1 KILLS=3
     IDLE_CONNS=512 WATCH_NODES=5000 WATCH_SESSIONS=2
-    SCALE_ZNODES=(1000 10000) SCALE_ZK_ZNODES_MAX=10000 SCALE_CHILDREN=(10 1000) SCALE_SESSIONS=(256 1024)
+    SCALE_ZNODES=(1000 10000) SCALE_ZK_ZNODES_MAX=10000 SCALE_ZK_RESTART_MAX=10000
+    SCALE_CHILDREN=(10 1000) SCALE_SESSIONS=(256 1024)
     SCALE_WATCHES=20000
 else
     LOAD_COUNT=50000 GET_COUNT=300000 ONE_COUNT=10000 LOCK_COUNT=2000 BIG=1000000 EXPIRY_ROUNDS=3 KILLS=10
     IDLE_CONNS=4096 WATCH_NODES=50000 WATCH_SESSIONS=4
-    SCALE_ZNODES=(10000 100000 1000000 10000000) SCALE_ZK_ZNODES_MAX=1000000 SCALE_CHILDREN=(10 1000 100000)
+    SCALE_ZNODES=(10000 100000 1000000 10000000) SCALE_ZK_ZNODES_MAX=1000000 SCALE_ZK_RESTART_MAX=10000000
+    SCALE_CHILDREN=(10 1000 100000)
     SCALE_SESSIONS=(10000 50000) SCALE_WATCHES=1000000
 fi
 # scale: listings timed per child count (a 100 k listing takes milliseconds),
@@ -86,6 +89,9 @@ SCALE_WATCHERS=16
 # scale: the znodes are spread over this many parents at every size, so 10 M
 # stay under Arbor's 2^20 children per node and every size has one shape.
 SCALE_PARENTS=100
+# scale: ZooKeeper's heap for the restart past SCALE_ZK_ZNODES_MAX. Its live
+# heap holds about 350 B a znode (10 M: 3.5 GB), G1 wants room beside it.
+SCALE_ZK_BIG_HEAP=${SCALE_ZK_BIG_HEAP:-8g}
 # watch-memory: WATCH_SESSIONS sessions each watch WATCH_NODES nodes whose
 # paths are this long, so bytes per watch can be set against path bytes
 # (WATCH_NODES first watches alone on their paths: megabytes, well above
@@ -134,8 +140,10 @@ fi
 
 # java for a ZooKeeper server whose directory is $1: Debian's heap and
 # logging (INFO into $1/zookeeper.log), its log4j.properties from $1/conf.
+# The heap is read when the start script runs: $ZK_XMX if set (the scale
+# part's 10 M restart), else Debian's 1000m.
 zk_java() {
-    printf 'java -Xmx1000m -Dzookeeper.root.logger=INFO,ROLLINGFILE -Dzookeeper.log.dir="%s" -cp "%s"' \
+    printf 'java -Xmx${ZK_XMX:-1000m} -Dzookeeper.root.logger=INFO,ROLLINGFILE -Dzookeeper.log.dir="%s" -cp "%s"' \
         "$1" "$1/conf:$ZK_CP"
 }
 
@@ -400,7 +408,19 @@ scale_run() { run_on "$SCALE" "$@"; }
 scale_workloads() {
     local round=$1 target=$2 n pid limit
     for n in "${SCALE_ZNODES[@]}"; do
-        if [ "$target" = zookeeper ] && [ "$n" -gt "$SCALE_ZK_ZNODES_MAX" ]; then continue; fi
+        if [ "$target" = zookeeper ] && [ "$n" -gt "$SCALE_ZK_ZNODES_MAX" ]; then
+            # Past what Debian's heap holds: the restart target alone, on the
+            # heap a user holding N znodes has to give ZooKeeper.
+            if [ "$n" -le "$SCALE_ZK_RESTART_MAX" ]; then
+                export ZK_XMX=$SCALE_ZK_BIG_HEAP
+                start_fresh "$target"
+                scale_run "$round" "$target" "recovery-$n" recovery --count "$n" --parents "$SCALE_PARENTS" \
+                    --restart-cmd "$WORK/$target/restart.sh"
+                stop "$target"
+                unset ZK_XMX
+            fi
+            continue
+        fi
         # N znodes kept in place, then creates and single reads on top.
         start_fresh "$target"
         warm_up "$target" "127.0.0.1:$(port_of "$target")"
