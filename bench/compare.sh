@@ -234,7 +234,9 @@ stop_all() {
     ens_stop zookeeper
 }
 
-trap stop_all EXIT
+# A REPORT_ONLY run starts nothing, so it stops nothing: its pid files may
+# be another run's, still measuring (one stopped an ensemble mid-round).
+if [ "$REPORT_ONLY" != 1 ]; then trap stop_all EXIT; fi
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
