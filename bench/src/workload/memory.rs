@@ -95,7 +95,8 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
     latencies.extend(second.latencies);
     let latency = Summary::of(&mut latencies);
     let grown = rss_after.saturating_sub(rss_before);
-    let second_half_nodes = args.count - (half * args.batch).min(args.count);
+    // Every batch but the last is full, so the first half's are.
+    let second_half_nodes = args.count - half * args.batch;
     let mut report = Report::new("memory", env.kind.name(), &env.server);
     report
         .field("count", args.count)
@@ -115,7 +116,7 @@ pub async fn run(env: &Env, args: &MemoryArgs) -> Result<Report> {
             crate::stats::round3(grown as f64 / args.count as f64),
         );
     // Signed: RSS can fall while the JVM collects. None for a one-batch fill.
-    if half > 0 && second_half_nodes > 0 {
+    if half > 0 {
         let added = rss_after as f64 - rss_half as f64;
         report.field(
             "marginal_bytes_per_znode",

@@ -96,9 +96,10 @@ struct Overlay<'a> {
 }
 
 impl<'a> Overlay<'a> {
-    /// An overlay for `ops` ops. Each op records at most two nodes (a
-    /// create: the node and its parent), so the map is sized once: a multi
-    /// of 1 000 creates grew it through eleven rehashes.
+    /// An overlay sized for `ops` ops. Each op records at most two nodes (a
+    /// create: the node and its parent), so a multi's map is sized once: one
+    /// of 1 000 creates grew it through eleven rehashes. 0: allocated on the
+    /// first record, as a single op that fails its check never needs.
     fn new(tree: &'a DataTree, ops: usize) -> Self {
         Self {
             tree,
@@ -256,7 +257,7 @@ impl DataTree {
         time_ms: u64,
         changes: &mut Vec<Change>,
     ) -> Result<OpResult, ErrorCode> {
-        let mut overlay = Overlay::new(self, 1);
+        let mut overlay = Overlay::new(self, 0);
         let created = check_op(&mut overlay, op, owner_alive)?;
         Ok(self.apply_checked(op, created, session_id, zxid, time_ms, changes))
     }
