@@ -121,11 +121,9 @@ fn contents(shared: &Shared) -> BTreeMap<String, (Zxid, Zxid, Vec<u8>)> {
     let view = shared.state.read().view();
     view.tree
         .iter()
-        .map(|(path, node)| {
-            (
-                path.to_owned(),
-                (node.czxid, node.mzxid, node.data.to_vec()),
-            )
+        .map(|entry| {
+            let node = entry.node;
+            (entry.path, (node.czxid, node.mzxid, node.data().to_vec()))
         })
         .collect()
 }

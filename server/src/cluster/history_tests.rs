@@ -78,7 +78,7 @@ fn key_path(key: u32) -> String {
 fn register(shared: &Shared, key: u32) -> Register {
     let state = shared.state.read();
     let node = state.tree.node(&key_path(key)).expect("keys exist");
-    let value = <[u8; 8]>::try_from(&node.data[..]).map_or(0, u64::from_be_bytes);
+    let value = <[u8; 8]>::try_from(node.data()).map_or(0, u64::from_be_bytes);
     Register {
         value,
         version: node.version,

@@ -361,7 +361,7 @@ async fn a_snapshot_of_a_tree_installs_on_another_member_and_survives_its_restar
         let shared = sm.shared();
         let state = shared.state.read();
         assert_eq!(
-            state.tree.node("/n50").map(|n| n.data.to_vec()),
+            state.tree.node("/n50").map(|n| n.data().to_vec()),
             Some(b"/n50".to_vec())
         );
         assert_eq!(state.last_zxid(), 50, "one zxid per write");

@@ -283,7 +283,7 @@ mod tests {
         }
         let a = one.tree.node("/a").expect("exists");
         let b = two.tree.node("/a").expect("exists");
-        assert_eq!((a.stat(), &a.data), (b.stat(), &b.data));
+        assert_eq!((a.stat(), a.data()), (b.stat(), b.data()));
         assert_eq!(a.version, 1);
     }
 }

@@ -11,11 +11,11 @@ use arbor_protocol::{
 use crate::context::Shared;
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::prep::check_path;
-use crate::tree::{ChildName, Node};
+use crate::tree::Node;
 use crate::watch::WatchKind;
 
 /// The children of `path`, sorted by name, as listings return them.
-fn sorted_children<'a>(state: &'a StateMachine, path: &str) -> Vec<&'a ChildName> {
+fn sorted_children<'a>(state: &'a StateMachine, path: &str) -> Vec<&'a Node> {
     state
         .tree
         .children(path)
@@ -42,7 +42,7 @@ pub fn execute(
                 watch(WatchKind::Data, path)?;
             }
             Ok(OpResult::Data {
-                data: n.data.to_vec(),
+                data: n.data().to_vec(),
                 stat: n.stat(),
             })
         }),
@@ -70,12 +70,9 @@ pub fn execute(
             }
             let children = sorted_children(&state, path)
                 .into_iter()
-                .filter_map(|child| {
-                    let node = state.tree.node(child.path())?;
-                    Some(ChildEntry {
-                        name: child.name().to_owned(),
-                        stat: node.stat(),
-                    })
+                .map(|child| ChildEntry {
+                    name: child.name().to_owned(),
+                    stat: child.stat(),
                 })
                 .collect();
             Ok(OpResult::ChildrenWithStat {
@@ -91,7 +88,7 @@ pub fn execute(
             let limit = (*limit).min(CHILDREN_BELOW_MAX) as usize;
             // One pass over the names, keeping the `limit` highest below
             // `sequence`: no allocation per child, one lookup per result.
-            let mut best: Vec<(u64, &ChildName)> = Vec::with_capacity(limit + 1);
+            let mut best: Vec<(u64, &Node)> = Vec::with_capacity(limit + 1);
             for child in state.tree.children(path).into_iter().flat_map(|c| c.iter()) {
                 let Some(seq) = arbor_protocol::path::parse_sequence(child.name()) else {
                     continue;
@@ -107,12 +104,9 @@ pub fn execute(
             }
             let children = best
                 .into_iter()
-                .filter_map(|(_, child)| {
-                    let node = state.tree.node(child.path())?;
-                    Some(ChildEntry {
-                        name: child.name().to_owned(),
-                        stat: node.stat(),
-                    })
+                .map(|(_, child)| ChildEntry {
+                    name: child.name().to_owned(),
+                    stat: child.stat(),
                 })
                 .collect();
             OpResult::ChildrenWithStat {

@@ -225,13 +225,14 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
     // In the map's order, not sorted: loading links each node to its parent
     // by lookup once all are in (`TreeBuilder::finish`), and sorting a
     // million paths was half of a snapshot's time, on a core the writes need.
-    for (node_path, node) in view.tree.iter() {
+    for entry in view.tree.iter() {
+        let node = entry.node;
         let record = RecordOut::Node {
-            path: node_path,
-            data: &node.data,
+            path: &entry.path,
+            data: node.data(),
             stat: &node.stat(),
             kind: &node.kind(),
-            sequence: node.sequence,
+            sequence: entry.sequence,
         };
         write_record(&mut out, &mut body, &record, &temp)?;
     }
@@ -337,9 +338,11 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
                 kind,
                 sequence,
             } => {
-                let node = Node::restore(data.into(), &stat, kind, sequence);
+                let name = arbor_protocol::path::name(&node_path);
+                let node = Node::restore(name, &data, &stat, kind)
+                    .map_err(|reason| corrupt(record_offset, reason))?;
                 nodes
-                    .add(node_path, node)
+                    .add(node_path, node, sequence)
                     .map_err(|reason| corrupt(record_offset, reason))?;
                 added += 1;
             }
@@ -488,10 +491,21 @@ mod tests {
                 b.tree.node(path).expect("in b"),
             );
             assert_eq!(
-                (x.stat(), &x.data, x.kind(), x.sequence),
-                (y.stat(), &y.data, y.kind(), y.sequence)
+                (x.stat(), x.data(), x.kind()),
+                (y.stat(), y.data(), y.kind())
             );
         }
+        let sequences = |sm: &StateMachine| -> Vec<(String, u64)> {
+            let mut all: Vec<_> = sm
+                .tree
+                .view()
+                .iter()
+                .map(|e| (e.path, e.sequence))
+                .collect();
+            all.sort();
+            all
+        };
+        assert_eq!(sequences(a), sequences(b));
         assert_eq!(a.session(9), b.session(9));
         assert_eq!(b.tree.ephemerals_of(9).count(), 1);
     }

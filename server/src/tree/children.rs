@@ -1,76 +1,22 @@
-//! The names of a node's children, stored without a copy of any name.
+//! A node's children, as the ids of their nodes.
 //!
-//! Each child is kept as its full path: the same [`PathKey`] the node map
-//! uses as the child's key, so holding a child costs one word and a
-//! reference count, not an allocation per name. It is hashed and found by that full path (the
-//! caller always has it), so no operation but a listing looks for the name.
-//! The set is a hash set, as ZooKeeper's: adding the millionth child of a
-//! queue or a bulk load costs one hash and one probe, where an ordered set
-//! paid ~20 name comparisons, each a cache miss (a quarter of a log replay).
-//! Listings sort on the way out ([`Children::sorted`]). Only parents have
-//! a set: the tree keeps them beside the node map, not in the nodes (see
-//! `DataTree`).
+//! Four bytes a child: the name is in the child's node. The set is a hash
+//! set, as ZooKeeper's: adding the millionth child of a queue or a bulk
+//! load costs one hash and one probe, where an ordered set paid ~20 name
+//! comparisons, each a cache miss (a quarter of a log replay). Listings
+//! sort on the way out ([`Children::sorted`]). Only parents have a set: the
+//! tree keeps them beside the nodes, not in them (see `DataTree`).
 
-use std::borrow::Borrow;
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 
 use foldhash::fast::RandomState;
 
-use super::PathKey;
-
-/// A child, held, hashed and compared by its full path.
-#[derive(Debug, Clone)]
-pub struct ChildName(PathKey);
-
-impl ChildName {
-    /// `path` must be a child path (`/parent/name`); the name is what follows
-    /// its last `/`.
-    pub fn new(path: PathKey) -> Self {
-        debug_assert!(path.len() > 1 && path.starts_with('/'), "{path}");
-        ChildName(path)
-    }
-
-    /// The child's full path.
-    pub fn path(&self) -> &str {
-        &self.0
-    }
-
-    pub fn name(&self) -> &str {
-        match self.0.rfind('/') {
-            Some(slash) => &self.0[slash + 1..],
-            None => &self.0,
-        }
-    }
-}
-
-impl PartialEq for ChildName {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
-    }
-}
-
-impl Eq for ChildName {}
-
-/// Hashes as `str` does, so lookups can go by the path (`Borrow<str>`).
-impl Hash for ChildName {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.path().hash(state);
-    }
-}
-
-/// Lookups by full path: consistent with `Eq` and `Hash`.
-impl Borrow<str> for ChildName {
-    fn borrow(&self) -> &str {
-        self.path()
-    }
-}
-
-type ChildSet = HashSet<ChildName, RandomState>;
+use super::node::{Node, NodeId};
+use super::node_map::NodeSlab;
 
 /// A parent's children, in no order ([`Children::sorted`] for listings).
 #[derive(Debug, Clone, Default)]
-pub struct Children(ChildSet);
+pub struct Children(HashSet<NodeId, RandomState>);
 
 impl Children {
     pub fn new() -> Self {
@@ -85,55 +31,44 @@ impl Children {
         self.0.is_empty()
     }
 
-    /// Whether the child at `path` (the full path) is here.
-    pub fn contains(&self, path: &str) -> bool {
-        self.0.contains(path)
+    pub fn contains(&self, child: NodeId) -> bool {
+        self.0.contains(&child)
     }
 
-    /// Adds a child; false if one of that name was there already.
-    pub fn insert(&mut self, child: ChildName) -> bool {
+    /// Adds a child; false if it was there already.
+    pub fn insert(&mut self, child: NodeId) -> bool {
         self.0.insert(child)
     }
 
-    /// Removes the child at `path` (the full path); false if there was none.
-    pub fn remove(&mut self, path: &str) -> bool {
-        self.0.remove(path)
+    /// Removes a child; false if it was not there.
+    pub fn remove(&mut self, child: NodeId) -> bool {
+        self.0.remove(&child)
     }
 
-    /// The children, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &ChildName> {
-        self.0.iter()
+    /// The children's ids, in no particular order.
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.0.iter().copied()
     }
 
-    /// The children sorted by name: what listings return.
-    pub fn sorted(&self) -> Vec<&ChildName> {
-        // Every child's path is its parent's path, a slash, then its name,
-        // so every name starts at the same offset: found once, not searched
-        // for in both paths of every comparison.
-        let start = self
-            .iter()
-            .next()
-            .map_or(0, |child| child.path().len() - child.name().len());
-        fn name(child: &ChildName, start: usize) -> &[u8] {
-            &child.path().as_bytes()[start..]
-        }
+    /// The children's nodes, in no particular order.
+    pub fn nodes<'a>(&'a self, slab: &'a NodeSlab) -> impl Iterator<Item = &'a Node> + 'a {
+        self.ids().filter_map(|id| slab.get(id))
+    }
+
+    /// The children's nodes sorted by name: what listings return.
+    pub fn sorted<'a>(&'a self, slab: &'a NodeSlab) -> Vec<&'a Node> {
         // Sorted by the names' first 16 bytes, held beside each child, and
         // by the whole name only where those tie: a comparison seldom
-        // follows two pointers to two paths (that made listing 100 000
+        // follows two pointers to two names (that made listing 100 000
         // children take 60 ms, three times ZooKeeper's time).
-        let mut keyed: Vec<(u128, &ChildName)> = self
-            .iter()
-            .map(|child| {
-                debug_assert_eq!(child.path().len() - child.name().len(), start);
-                (name_prefix(name(child, start)), child)
-            })
+        let mut keyed: Vec<(u128, &Node)> = self
+            .nodes(slab)
+            .map(|node| (name_prefix(node.name().as_bytes()), node))
             .collect();
         keyed.sort_unstable_by(|(key_a, a), (key_b, b)| {
-            key_a
-                .cmp(key_b)
-                .then_with(|| name(a, start).cmp(name(b, start)))
+            key_a.cmp(key_b).then_with(|| a.name().cmp(b.name()))
         });
-        keyed.into_iter().map(|(_, child)| child).collect()
+        keyed.into_iter().map(|(_, node)| node).collect()
     }
 }
 
@@ -146,8 +81,8 @@ fn name_prefix(name: &[u8]) -> u128 {
     u128::from_be_bytes(bytes)
 }
 
-impl FromIterator<ChildName> for Children {
-    fn from_iter<I: IntoIterator<Item = ChildName>>(iter: I) -> Self {
+impl FromIterator<NodeId> for Children {
+    fn from_iter<I: IntoIterator<Item = NodeId>>(iter: I) -> Self {
         Children(iter.into_iter().collect())
     }
 }
@@ -155,32 +90,46 @@ impl FromIterator<ChildName> for Children {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tree::node::NO_PARENT;
+    use crate::tree::{NodeKind, NodeMap};
 
-    fn child(path: &str) -> ChildName {
-        ChildName::new(PathKey::new(path))
-    }
-
-    fn names(children: &Children) -> Vec<&str> {
-        children.sorted().into_iter().map(ChildName::name).collect()
-    }
-
-    // Proves children list sorted by name and are found by their full path.
-    #[test]
-    fn listed_by_name_and_found_by_path() {
+    /// A map holding the root and `/queue/<name>` for each name, and the
+    /// queue's children.
+    fn queue(names: &[String]) -> (NodeMap, Children) {
+        let node = |name: &str| Node::new(name, &[], NodeKind::Persistent, 0, 1, 0);
+        let mut map = NodeMap::new();
+        let root = map.insert("/", NO_PARENT, node(""));
+        let parent = map.insert("/queue", root, node("queue"));
         let mut children = Children::new();
-        assert!(children.is_empty());
-        assert!(children.insert(child("/p/b")));
-        assert!(children.insert(child("/p/a")));
-        assert!(children.insert(child("/p/c-0000000001")));
-        assert!(!children.insert(child("/p/a")), "one child per name");
-        assert_eq!(names(&children), ["a", "b", "c-0000000001"]);
-        assert!(children.contains("/p/b") && !children.contains("b"));
-        assert_eq!(children.len(), 3);
-        assert!(children.remove("/p/a") && !children.remove("/p/a"));
-        assert!(children.remove("/p/b") && children.remove("/p/c-0000000001"));
-        assert!(children.is_empty());
-        let rebuilt: Children = [child("/x/2"), child("/x/1")].into_iter().collect();
-        assert_eq!(names(&rebuilt), ["1", "2"]);
+        for name in names {
+            if map.id(&format!("/queue/{name}")).is_none() {
+                let id = map.insert(&format!("/queue/{name}"), parent, node(name));
+                assert!(children.insert(id));
+            }
+        }
+        (map, children)
+    }
+
+    fn names<'a>(children: &'a Children, map: &'a NodeMap) -> Vec<&'a str> {
+        children
+            .sorted(map.slab())
+            .into_iter()
+            .map(Node::name)
+            .collect()
+    }
+
+    // Proves the set holds each child once and forgets removed ones.
+    #[test]
+    fn holds_each_child_once() {
+        let (map, mut children) = queue(&["b".into(), "a".into(), "c-0000000001".into()]);
+        assert_eq!(names(&children, &map), ["a", "b", "c-0000000001"]);
+        let a = map.id("/queue/a").expect("exists");
+        assert!(!children.insert(a), "one entry per child");
+        assert!(children.contains(a) && children.len() == 3);
+        assert!(children.remove(a) && !children.remove(a));
+        assert_eq!(names(&children, &map), ["b", "c-0000000001"]);
+        let rebuilt: Children = children.ids().collect();
+        assert_eq!(names(&rebuilt, &map), ["b", "c-0000000001"]);
     }
 
     // Proves the listing is in name order where names share long prefixes,
@@ -206,12 +155,9 @@ mod tests {
             expected.push(format!("lock-{:010}", seed % 5000));
             expected.push(format!("_c_{:x}-lock-{:010}", seed % 7, seed % 977));
         }
-        let children: Children = expected
-            .iter()
-            .map(|name| child(&format!("/queue/{name}")))
-            .collect();
+        let (map, children) = queue(&expected);
         expected.sort();
         expected.dedup();
-        assert_eq!(names(&children), expected);
+        assert_eq!(names(&children, &map), expected);
     }
 }

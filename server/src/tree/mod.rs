@@ -9,10 +9,10 @@ mod children;
 mod data_tree;
 mod node;
 mod node_map;
-mod path_key;
 
-pub use children::{ChildName, Children};
-pub use data_tree::{Change, DataTree, TreeBuilder, TreeView, CHILDREN_PER_NODE_MAX};
-pub use node::{Node, NodeKind};
-pub use node_map::{NodeMap, NODE_SHARDS};
-pub use path_key::PathKey;
+pub use children::Children;
+pub use data_tree::{
+    Change, ChildList, DataTree, TreeBuilder, TreeView, ViewEntry, CHILDREN_PER_NODE_MAX,
+};
+pub use node::{Node, NodeId, NodeKind};
+pub use node_map::{NodeMap, NodeSlab, CHUNK_NODES, NODES_MAX};

@@ -39,36 +39,71 @@ enum KindTag {
     Ttl,
 }
 
-/// A znode: its data and the stored part of its stat. A million nodes are a
-/// million of these, so only what cannot be derived is kept, packed to fit
-/// a 96-byte allocation with its reference count (a test holds it there):
-/// the data length is the data's, the ACL version is always 0, and the
-/// ephemeral owner and the TTL share a word (a node has at most one). Its
-/// children are not here but beside the node map (`DataTree`): nodes are
-/// shared copy-on-write with snapshots, and a parent copied for a write must
-/// not copy a million names.
+/// Where a node sits in the tree: an index into the tree's node slots
+/// (`NodeMap`). Four bytes where a path is dozens, so children and the path
+/// index hold these instead of paths.
+pub type NodeId = u32;
+
+/// The parent of the root, which has none.
+pub const NO_PARENT: NodeId = NodeId::MAX;
+
+/// A znode: its name, its data and the stored part of its stat. A million
+/// nodes are a million of these, so only what cannot be derived is kept,
+/// packed to fit a 96-byte allocation with its reference count (a test holds
+/// it there): the data length is the data's, the ACL version is always 0,
+/// the ephemeral owner and the TTL share a word (a node has at most one),
+/// and the sequence counter of the few nodes with sequential children sits
+/// beside the tree. A node holds its name, not its path, and its parent's
+/// id: a path is mostly its parent's path again, and holding it whole was
+/// the biggest part of a znode's memory. Children are not here but beside
+/// the node map (`DataTree`): nodes are shared copy-on-write with
+/// snapshots, and a parent copied for a write must not copy a million ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
-    pub data: Box<[u8]>,
+    /// The name, then the data: one allocation for both.
+    bytes: Box<[u8]>,
     pub czxid: Zxid,
     pub mzxid: Zxid,
     pub pzxid: Zxid,
     pub ctime_ms: u64,
     pub mtime_ms: u64,
+    /// The owner of an ephemeral, the TTL of a TTL node, else 0.
+    owner_or_ttl: u64,
     pub version: i32,
     pub cversion: i32,
     pub num_children: u32,
+    parent: NodeId,
+    name_len: u16,
     tag: KindTag,
-    /// The owner of an ephemeral, the TTL of a TTL node, else 0.
-    owner_or_ttl: u64,
-    /// The next sequence number a sequential child of this node gets.
-    pub sequence: u64,
+}
+
+/// Longest name a node can hold: a name is at most a whole path.
+const NAME_BYTES_MAX: usize = u16::MAX as usize;
+const _: () = assert!(arbor_protocol::path::PATH_BYTES_MAX <= NAME_BYTES_MAX);
+
+fn name_and_data(name: &str, data: &[u8]) -> Box<[u8]> {
+    let mut bytes = Vec::with_capacity(name.len() + data.len());
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes.into_boxed_slice()
 }
 
 impl Node {
-    /// A new node as a create at `zxid`, `time_ms` makes it. `owner` is the
-    /// owning session of an ephemeral and ignored for other kinds.
-    pub fn new(data: &[u8], kind: NodeKind, owner: SessionId, zxid: Zxid, time_ms: u64) -> Self {
+    /// A new node named `name` as a create at `zxid`, `time_ms` makes it.
+    /// `owner` is the owning session of an ephemeral and ignored for other
+    /// kinds. The tree sets its parent when it links it.
+    ///
+    /// # Panics
+    /// If `name` is longer than a path may be (paths are checked first).
+    pub fn new(
+        name: &str,
+        data: &[u8],
+        kind: NodeKind,
+        owner: SessionId,
+        zxid: Zxid,
+        time_ms: u64,
+    ) -> Self {
+        assert!(name.len() <= NAME_BYTES_MAX, "name of {} bytes", name.len());
         let (tag, owner_or_ttl) = match kind {
             NodeKind::Persistent => (KindTag::Persistent, 0),
             NodeKind::Ephemeral => (KindTag::Ephemeral, owner),
@@ -76,33 +111,80 @@ impl Node {
             NodeKind::Ttl { ttl_ms } => (KindTag::Ttl, ttl_ms),
         };
         Self {
-            data: data.into(),
+            bytes: name_and_data(name, data),
             czxid: zxid,
             mzxid: zxid,
             pzxid: zxid,
             ctime_ms: time_ms,
             mtime_ms: time_ms,
+            owner_or_ttl,
             version: 0,
             cversion: 0,
             num_children: 0,
+            parent: NO_PARENT,
+            name_len: name.len() as u16,
             tag,
-            owner_or_ttl,
-            sequence: 0,
         }
     }
 
     /// A node from a snapshot record: `stat` as [`Node::stat`] gave it.
-    pub fn restore(data: Box<[u8]>, stat: &Stat, kind: NodeKind, sequence: u64) -> Self {
-        let mut node = Node::new(&[], kind, stat.ephemeral_owner, stat.czxid, stat.ctime_ms);
-        node.data = data;
+    /// Fails on a name no path could have.
+    pub fn restore(name: &str, data: &[u8], stat: &Stat, kind: NodeKind) -> Result<Self, String> {
+        if name.len() > NAME_BYTES_MAX {
+            return Err(format!("a node name of {} bytes", name.len()));
+        }
+        let mut node = Node::new(
+            name,
+            data,
+            kind,
+            stat.ephemeral_owner,
+            stat.czxid,
+            stat.ctime_ms,
+        );
         node.mzxid = stat.mzxid;
         node.pzxid = stat.pzxid;
         node.mtime_ms = stat.mtime_ms;
         node.version = stat.version;
         node.cversion = stat.cversion;
         node.num_children = stat.num_children;
-        node.sequence = sequence;
-        node
+        Ok(node)
+    }
+
+    /// The last component of the node's path ("" for the root).
+    pub fn name(&self) -> &str {
+        let name = &self.bytes[..usize::from(self.name_len)];
+        // SAFETY: these bytes were copied from a `&str` in `new` and are
+        // never changed; `set_data` and `renamed` keep the prefix whole.
+        unsafe { std::str::from_utf8_unchecked(name) }
+    }
+
+    pub fn data(&self) -> &[u8] {
+        &self.bytes[usize::from(self.name_len)..]
+    }
+
+    /// Replaces the data, keeping the name.
+    pub fn set_data(&mut self, data: &[u8]) {
+        self.bytes = name_and_data(self.name(), data);
+    }
+
+    /// This node under another name (the same one: no copy).
+    pub(super) fn renamed(mut self, name: &str) -> Result<Self, String> {
+        if self.name() != name {
+            if name.len() > NAME_BYTES_MAX {
+                return Err(format!("a node name of {} bytes", name.len()));
+            }
+            self.bytes = name_and_data(name, self.data());
+            self.name_len = name.len() as u16;
+        }
+        Ok(self)
+    }
+
+    pub(super) fn parent(&self) -> NodeId {
+        self.parent
+    }
+
+    pub(super) fn set_parent(&mut self, parent: NodeId) {
+        self.parent = parent;
     }
 
     pub fn kind(&self) -> NodeKind {
@@ -141,7 +223,7 @@ impl Node {
             cversion: self.cversion,
             aversion: 0,
             ephemeral_owner: self.ephemeral_owner(),
-            data_length: self.data.len() as u32,
+            data_length: self.data().len() as u32,
             num_children: self.num_children,
         }
     }
@@ -172,14 +254,13 @@ mod tests {
             NodeKind::Container,
             NodeKind::Ttl { ttl_ms: 1234 },
         ] {
-            let mut node = Node::new(b"abc", kind, 0x77, 5, 1000);
+            let mut node = Node::new("n-1", b"abc", kind, 0x77, 5, 1000);
             node.mzxid = 9;
             node.pzxid = 8;
             node.mtime_ms = 2000;
             node.version = 3;
             node.cversion = 4;
             node.num_children = 2;
-            node.sequence = 11;
             let stat = node.stat();
             assert_eq!(node.kind(), kind);
             assert_eq!(stat.data_length, 3);
@@ -187,8 +268,15 @@ mod tests {
                 stat.ephemeral_owner,
                 if kind == NodeKind::Ephemeral { 0x77 } else { 0 }
             );
-            let restored = Node::restore(node.data.clone(), &stat, kind, 11);
+            assert_eq!((node.name(), node.data()), ("n-1", &b"abc"[..]));
+            let restored = Node::restore("n-1", b"abc", &stat, kind).expect("restores");
             assert_eq!(restored, node);
+            let mut renamed = restored.renamed("other").expect("renames");
+            renamed.set_data(b"longer data");
+            assert_eq!(
+                (renamed.name(), renamed.data(), renamed.stat().data_length),
+                ("other", &b"longer data"[..], 11)
+            );
         }
     }
 }
