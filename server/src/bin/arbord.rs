@@ -15,9 +15,10 @@ use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of the system allocator: a million znodes are several
 /// million small allocations, and glibc's malloc spent about 40 % of a log
-/// replay in allocation and consolidation (perf).
+/// replay in allocation and consolidation (perf). Through our own binding:
+/// see `allocator` for why not the `mimalloc` crate's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: arbor_server::allocator::MiMalloc = arbor_server::allocator::MiMalloc;
 
 /// mimalloc v3's `mi_option_purge_delay`: its index in `mi_option_e` of the
 /// mimalloc sources bundled with libmimalloc-sys 0.1.49 (pinned by
