@@ -10,7 +10,9 @@
 //!
 //! The path index holds ids only, four bytes a node: it is hashed by the
 //! full path and a candidate is confirmed by walking up its parents and
-//! comparing names (a node holds its name, not its path). The parents of
+//! comparing names (a node holds its name, not its path). The node keeps
+//! the half of that hash the index uses, so the index rehashes without
+//! rebuilding paths. The parents of
 //! the nodes a workload touches are few and stay in the cache, so the walk
 //! costs about what comparing a stored path did. Only the live tree uses
 //! the index; a view needs the slots alone.
@@ -36,8 +38,8 @@ pub const CHUNK_NODES: usize = 4096;
 pub const NODES_MAX: usize = NO_PARENT as usize;
 
 /// Shards of the path index. A shard grows by rehashing every id in it,
-/// each needing its path rebuilt, so shards keep that pause small: a
-/// thousandth of the tree, whatever its size.
+/// a cache miss or two each, so shards keep that pause small: a thousandth
+/// of the tree, whatever its size.
 const INDEX_SHARDS: usize = 1024;
 const INDEX_SHARD_BITS: u32 = INDEX_SHARDS.trailing_zeros();
 
@@ -205,14 +207,30 @@ impl NodeMap {
         self.hasher.hash_one(path)
     }
 
-    /// The shard takes the top bits; the table inside it the low ones and
-    /// (for its tags) the top seven of the low word, so neither is spent.
-    fn shard(hash: u64) -> usize {
-        (hash >> (64 - INDEX_SHARD_BITS)) as usize
+    /// What the index keeps of a path's hash, in the node too: 32 bits
+    /// pick the shard and the place in it. Paths equal in all 32 are told
+    /// apart by their names, a walk the index's tags almost always spare.
+    fn low(hash: u64) -> u32 {
+        (hash ^ (hash >> 32)) as u32
     }
 
-    fn table_hash(hash: u64) -> u64 {
-        (hash & 0xffff_ffff) | (hash << 32)
+    /// The shard: the top bits of the low word.
+    fn shard(low: u32) -> usize {
+        (low >> (32 - INDEX_SHARD_BITS)) as usize
+    }
+
+    /// The hash a shard's table files a node under: the low word mixed
+    /// (bijectively) over 64 bits, since the table takes buckets from the
+    /// low bits and tags from the top seven, and every entry of a shard
+    /// shares the low word's top bits.
+    fn table_hash(low: u32) -> u64 {
+        let mixed = u64::from(low).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        mixed ^ (mixed >> 29)
+    }
+
+    /// The table hash of an indexed node, for a rehash.
+    fn rehash(slab: &NodeSlab, id: NodeId) -> u64 {
+        Self::table_hash(slab.get(id).map_or(0, Node::path_hash))
     }
 
     pub fn slab(&self) -> &NodeSlab {
@@ -221,9 +239,9 @@ impl NodeMap {
 
     /// The id of the node at `path`.
     pub fn id(&self, path: &str) -> Option<NodeId> {
-        let hash = self.hash(path);
-        self.index[Self::shard(hash)]
-            .find(Self::table_hash(hash), |&id| self.slab.is_at(id, path))
+        let low = Self::low(self.hash(path));
+        self.index[Self::shard(low)]
+            .find(Self::table_hash(low), |&id| self.slab.is_at(id, path))
             .copied()
     }
 
@@ -243,33 +261,25 @@ impl NodeMap {
     /// Adds `node` at `path`, a child of `parent` (the root: [`NO_PARENT`]).
     /// The caller has checked that the parent is there and the path is not.
     pub fn insert(&mut self, path: &str, parent: NodeId, mut node: Node) -> NodeId {
+        let low = Self::low(self.hash(path));
         node.set_parent(parent);
+        node.set_path_hash(low);
         let id = self.free.pop().unwrap_or_else(|| self.slab.grow());
         self.slab.put(id, NodeRef::new(node));
         self.len += 1;
-        let hash = self.hash(path);
-        self.index_id(id, hash);
-        id
-    }
-
-    fn index_id(&mut self, id: NodeId, hash: u64) {
-        let Self {
-            slab,
-            index,
-            hasher,
-            ..
-        } = self;
-        index[Self::shard(hash)].insert_unique(Self::table_hash(hash), id, |&other| {
-            Self::table_hash(hasher.hash_one(slab.path_of(other)))
+        let Self { slab, index, .. } = self;
+        index[Self::shard(low)].insert_unique(Self::table_hash(low), id, |&other| {
+            Self::rehash(slab, other)
         });
+        id
     }
 
     /// Removes the node at `path`: its id, and the node.
     pub fn remove(&mut self, path: &str) -> Option<(NodeId, NodeRef)> {
-        let hash = self.hash(path);
+        let low = Self::low(self.hash(path));
         let Self { slab, index, .. } = self;
-        let entry = index[Self::shard(hash)]
-            .find_entry(Self::table_hash(hash), |&id| slab.is_at(id, path))
+        let entry = index[Self::shard(low)]
+            .find_entry(Self::table_hash(low), |&id| slab.is_at(id, path))
             .ok()?;
         let (id, _) = entry.remove();
         let node = self.slab.take(id)?;
@@ -303,13 +313,16 @@ impl NodeMap {
 #[derive(Debug, Default)]
 pub struct MapBuilder {
     map: NodeMap,
-    /// Each node's path hash, by id.
-    hashes: Vec<u64>,
+    /// Nodes added to each index shard.
+    per_shard: Vec<usize>,
 }
 
 impl MapBuilder {
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            map: NodeMap::new(),
+            per_shard: vec![0; INDEX_SHARDS],
+        }
     }
 
     pub fn hash(&self, path: &str) -> u64 {
@@ -317,20 +330,26 @@ impl MapBuilder {
     }
 
     /// Adds the node at `path`; its parent comes later from `link`.
-    pub fn add(&mut self, path: &str, node: Node) -> NodeId {
-        self.hashes.push(self.map.hash(path));
+    pub fn add(&mut self, path: &str, mut node: Node) -> NodeId {
+        let low = NodeMap::low(self.map.hash(path));
+        node.set_path_hash(low);
+        self.per_shard[NodeMap::shard(low)] += 1;
         self.map.push_unlinked(node)
     }
 
     /// Nodes added so far.
     pub fn len(&self) -> usize {
-        self.hashes.len()
+        self.map.len()
     }
 
     /// Whether some node added has this path hash: a clue, not a proof,
     /// for error messages only.
     pub fn may_hold(&self, hash: u64) -> bool {
-        self.hashes.contains(&hash)
+        let low = NodeMap::low(hash);
+        self.map
+            .slab
+            .iter()
+            .any(|(_, node)| node.path_hash() == low)
     }
 
     pub fn node(&self, id: NodeId) -> Option<&Node> {
@@ -347,43 +366,24 @@ impl MapBuilder {
     /// Indexes every node by its path. Every node but the root must be
     /// linked by now. Fails with the path of a node that appears twice.
     pub fn finish(self) -> Result<NodeMap, String> {
-        let MapBuilder { mut map, hashes } = self;
-        let mut per_shard = vec![0usize; INDEX_SHARDS];
-        for &hash in &hashes {
-            per_shard[NodeMap::shard(hash)] += 1;
-        }
-        // Sized once: no rehash, whose paths would be rebuilt one by one.
-        let NodeMap {
-            slab,
-            index,
-            hasher,
-            ..
-        } = &mut map;
+        let MapBuilder { mut map, per_shard } = self;
+        let NodeMap { slab, index, .. } = &mut map;
+        // Sized once instead of grown.
         for (table, count) in index.iter_mut().zip(per_shard) {
-            table.reserve(count, |&other| {
-                NodeMap::table_hash(hasher.hash_one(slab.path_of(other)))
-            });
+            table.reserve(count, |&other| NodeMap::rehash(slab, other));
         }
-        for (id, &hash) in hashes.iter().enumerate() {
-            let id = id as NodeId;
-            let NodeMap {
-                slab,
-                index,
-                hasher,
-                ..
-            } = &mut map;
-            let table = &mut index[NodeMap::shard(hash)];
+        for (id, node) in slab.iter() {
+            let table_hash = NodeMap::table_hash(node.path_hash());
+            let table = &mut index[NodeMap::shard(node.path_hash())];
             // Two nodes at one path have the same parent and name.
-            let same_place = |other: &NodeId| match (slab.get(*other), slab.get(id)) {
-                (Some(a), Some(b)) => a.parent() == b.parent() && a.name() == b.name(),
-                _ => false,
+            let same_place = |other: &NodeId| {
+                slab.get(*other)
+                    .is_some_and(|o| o.parent() == node.parent() && o.name() == node.name())
             };
-            if table.find(NodeMap::table_hash(hash), same_place).is_some() {
+            if table.find(table_hash, same_place).is_some() {
                 return Err(format!("node {} appears twice", slab.path_of(id)));
             }
-            table.insert_unique(NodeMap::table_hash(hash), id, |&other| {
-                NodeMap::table_hash(hasher.hash_one(slab.path_of(other)))
-            });
+            table.insert_unique(table_hash, id, |&other| NodeMap::rehash(slab, other));
         }
         Ok(map)
     }
