@@ -12,7 +12,10 @@ use std::collections::HashSet;
 use foldhash::fast::RandomState;
 
 use super::node::{Node, NodeId};
-use super::node_map::NodeSlab;
+use super::node_map::{prefetch, NodeSlab};
+
+/// Children a listing looks ahead for names (twice as far for nodes).
+const LIST_PREFETCH_AHEAD: usize = 8;
 
 /// A parent's children, in no order ([`Children::sorted`] for listings).
 #[derive(Debug, Clone, Default)]
@@ -61,10 +64,20 @@ impl Children {
         // by the whole name only where those tie: a comparison seldom
         // follows two pointers to two names (that made listing 100 000
         // children take 60 ms, three times ZooKeeper's time).
-        let mut keyed: Vec<(u128, &Node)> = self
-            .nodes(slab)
-            .map(|node| (name_prefix(node.name().as_bytes()), node))
-            .collect();
+        let nodes: Vec<&Node> = self.nodes(slab).collect();
+        // Each key waits on two misses, the node then its name: asked for
+        // a few children ahead, they overlap (listing 100 000 children
+        // took a quarter longer than with whole paths held, without this).
+        let mut keyed: Vec<(u128, &Node)> = Vec::with_capacity(nodes.len());
+        for (i, &node) in nodes.iter().enumerate() {
+            if let Some(&ahead) = nodes.get(i + 2 * LIST_PREFETCH_AHEAD) {
+                prefetch(std::ptr::from_ref(ahead).cast());
+            }
+            if let Some(&ahead) = nodes.get(i + LIST_PREFETCH_AHEAD) {
+                prefetch(ahead.name().as_ptr());
+            }
+            keyed.push((name_prefix(node.name().as_bytes()), node));
+        }
         keyed.sort_unstable_by(|(key_a, a), (key_b, b)| {
             key_a.cmp(key_b).then_with(|| a.name().cmp(b.name()))
         });

@@ -428,7 +428,7 @@ impl<'a, I: Iterator<Item = (NodeId, &'a NodeRef)>> Iterator for Prefetched<'a, 
 /// Asks for the cache line at `ptr`; a hint that reads nothing and cannot
 /// fault, whatever the address.
 #[inline(always)]
-fn prefetch(ptr: *const u8) {
+pub(super) fn prefetch(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: PREFETCHT0 has no architectural effect and never faults.
     unsafe {
