@@ -601,23 +601,18 @@ impl TreeBuilder {
             self.sequences.insert(id, sequence);
         }
         self.tree.index(&path, kind, owner);
-        match parent {
-            Some(parent) => {
-                match self.children.get_mut(parent) {
-                    Some(siblings) => siblings.push(id),
-                    None => {
-                        self.children.insert(parent.into(), vec![id]);
-                    }
-                }
-                if num_children > 0 && self.parents.insert(path.clone().into(), id).is_some() {
-                    return Err(format!("node {path} appears twice"));
+        if let Some(parent) = parent {
+            match self.children.get_mut(parent) {
+                Some(siblings) => siblings.push(id),
+                None => {
+                    self.children.insert(parent.into(), vec![id]);
                 }
             }
-            None => {
-                if self.parents.insert(path.clone().into(), id).is_some() {
-                    return Err(format!("node {path} appears twice"));
-                }
-            }
+        }
+        // The root, and every node that records children, can be a parent.
+        let can_be_parent = parent.is_none() || num_children > 0;
+        if can_be_parent && self.parents.insert(path.as_str().into(), id).is_some() {
+            return Err(format!("node {path} appears twice"));
         }
         Ok(())
     }
