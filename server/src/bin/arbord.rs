@@ -11,6 +11,7 @@ use arbor_server::config::EnsembleConfig;
 use arbor_server::storage::txnlog::FsyncPolicy;
 use arbor_server::{Config, Server};
 use clap::Parser;
+use tracing::warn;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of the system allocator: a million znodes are several
@@ -32,6 +33,24 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 fn purge_freed_memory_at_once() {
     // SAFETY: a plain setter of mimalloc's option table.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
+/// Keeps transparent huge pages out of this process. mimalloc asks for them
+/// on its arenas (`MADV_HUGEPAGE`), so where THP is `madvise` (Debian's
+/// default) every 2 MiB region a thread touches became resident whole:
+/// measured on 10 k znodes, 2 166 B of RSS per znode instead of 541, and on
+/// 1 M, 194–198 B instead of 183. The faults that zero and compact huge pages
+/// also sat in the tail: set at 64 in flight on 1 M znodes had a p999 of
+/// 13–18 ms with them and 6–8 ms without, at the same or better throughput.
+/// mimalloc read its own option before `main`, so this uses the process-wide
+/// switch, which the kernel applies to every later fault.
+fn refuse_huge_pages() -> std::io::Result<()> {
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers and touches no memory
+    // of ours; a kernel without it returns an error, which changes nothing.
+    match unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 #[derive(Debug, Parser)]
@@ -183,7 +202,8 @@ const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
 
 fn main() -> ExitCode {
     purge_freed_memory_at_once();
-    match run(Args::parse()) {
+    let huge_pages = refuse_huge_pages();
+    match run(Args::parse(), huge_pages) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("arbord: {}", one_line(&err));
@@ -210,7 +230,7 @@ fn one_line(err: &anyhow::Error) -> String {
     line
 }
 
-fn run(args: Args) -> anyhow::Result<()> {
+fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
     if args.verify {
         return verify(&args.data_dir);
     }
@@ -222,6 +242,10 @@ fn run(args: Args) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Err(err) = huge_pages {
+        // Not fatal: the server works the same, with more RSS and a longer tail.
+        warn!(error = %err, "cannot turn transparent huge pages off");
+    }
     let config = args.config().context("invalid settings")?;
     config.validate().context("invalid settings")?;
     let listen = args.listen(&config)?;
