@@ -390,7 +390,7 @@ impl Client {
             watch: false,
         };
         match self.call(path, op, Effect::None).await? {
-            OpResult::Children { names, .. } => Ok(names),
+            OpResult::Children { names, .. } => Ok(names.into_vec()),
             other => Err(unexpected("get_children", &other)),
         }
     }
@@ -410,7 +410,7 @@ impl Client {
         };
         let effect = Effect::Provisional(watch.key().clone());
         match self.call(path, op, effect).await? {
-            OpResult::Children { names, .. } => Ok((names, watch)),
+            OpResult::Children { names, .. } => Ok((names.into_vec(), watch)),
             other => Err(unexpected("get_children", &other)),
         }
     }

@@ -223,7 +223,7 @@ async fn replies_match_requests_in_flight() {
                 },
                 Op::Exists { .. } => OpResult::Exists(Some(stat(2))),
                 Op::GetChildren { .. } => OpResult::Children {
-                    names: vec!["x".into()],
+                    names: vec!["x".to_owned()].into(),
                     stat: stat(3),
                 },
                 other => panic!("unexpected {other:?}"),
@@ -369,7 +369,7 @@ async fn resume_sets_watches_before_anything_else() {
     )
     .await;
     let children = OpResult::Children {
-        names: Vec::new(),
+        names: Vec::new().into(),
         stat: stat(1),
     };
     let mut on_children = set_watch(

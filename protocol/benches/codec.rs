@@ -39,7 +39,10 @@ fn children_reply(count: usize) -> ServerMessage {
         xid: 1,
         zxid: 2,
         result: Ok(OpResult::Children {
-            names: (0..count).map(|i| format!("lock-{i:010}")).collect(),
+            names: (0..count)
+                .map(|i| format!("lock-{i:010}"))
+                .collect::<Vec<_>>()
+                .into(),
             stat: Stat::default(),
         }),
     }

@@ -2,7 +2,7 @@
 
 use bincode::{Decode, Encode};
 
-use crate::{ErrorCode, SessionId, Stat, WatchEvent, Zxid, SESSION_PASSWORD_BYTES};
+use crate::{ChildNames, ErrorCode, SessionId, Stat, WatchEvent, Zxid, SESSION_PASSWORD_BYTES};
 
 /// A frame from server to client.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -100,7 +100,7 @@ pub enum OpResult {
     Exists(Option<Stat>),
     /// Child names and the parent's stat.
     Children {
-        names: Vec<String>,
+        names: ChildNames,
         stat: Stat,
     },
     ChildrenWithStat {

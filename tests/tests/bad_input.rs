@@ -26,7 +26,7 @@ async fn snapshot(conn: &mut RawConnection) -> (Vec<u8>, Stat, Vec<String>) {
         .await
         .0
     {
-        Ok(OpResult::Children { names, .. }) => names,
+        Ok(OpResult::Children { names, .. }) => names.into_vec(),
         other => panic!("ls /: {other:?}"),
     };
     (data, stat, names)

@@ -243,7 +243,8 @@ async fn children(conn: &mut RawConnection, path: &str) -> Vec<String> {
         watch: false,
     };
     match conn.request(list).await.0 {
-        Ok(OpResult::Children { mut names, .. }) => {
+        Ok(OpResult::Children { names, .. }) => {
+            let mut names = names.into_vec();
             names.sort();
             names
         }

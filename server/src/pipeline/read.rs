@@ -4,8 +4,8 @@
 //! write can slip between what the read saw and the watch that covers it.
 
 use arbor_protocol::{
-    AddWatchMode, ChildEntry, ErrorCode, EventType, Op, OpResult, SessionId, SetWatches,
-    WatchEvent, Zxid, CHILDREN_BELOW_MAX,
+    AddWatchMode, ChildEntry, ChildNames, ErrorCode, EventType, Op, OpResult, SessionId,
+    SetWatches, WatchEvent, Zxid, CHILDREN_BELOW_MAX,
 };
 
 use crate::context::Shared;
@@ -15,12 +15,13 @@ use crate::tree::Node;
 use crate::watch::WatchKind;
 
 /// The children of `path`, sorted by name, as listings return them.
-fn sorted_children<'a>(state: &'a StateMachine, path: &str) -> Vec<&'a Node> {
+fn sorted_children<'a>(state: &'a StateMachine, path: &str) -> impl Iterator<Item = &'a Node> {
     state
         .tree
         .children(path)
         .map(|children| children.sorted())
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
 }
 
 /// Answers a read-only op; returns the result and the zxid it reflects.
@@ -56,11 +57,11 @@ pub fn execute(
             if *set {
                 watch(WatchKind::Child, path)?;
             }
+            // Straight into the reply's bytes: no string per child.
+            let names = ChildNames::encode_names(sorted_children(&state, path).map(Node::name))
+                .map_err(|_| ErrorCode::Internal)?;
             Ok(OpResult::Children {
-                names: sorted_children(&state, path)
-                    .into_iter()
-                    .map(|child| child.name().to_owned())
-                    .collect(),
+                names,
                 stat: n.stat(),
             })
         }),
@@ -69,7 +70,6 @@ pub fn execute(
                 watch(WatchKind::Child, path)?;
             }
             let children = sorted_children(&state, path)
-                .into_iter()
                 .map(|child| ChildEntry {
                     name: child.name().to_owned(),
                     stat: child.stat(),

@@ -15,7 +15,7 @@ use arbor_protocol::{
 };
 use foldhash::fast::RandomState;
 
-use super::children::Children;
+use super::children::{Children, Sorted};
 use super::node::{Node, NodeId, NodeKind, NO_PARENT};
 use super::node_map::{MapBuilder, NodeMap, NodeSlab, NODES_MAX};
 use crate::txn::Txn;
@@ -97,7 +97,7 @@ impl<'a> ChildList<'a> {
     }
 
     /// The children's nodes sorted by name, as listings return them.
-    pub fn sorted(&self) -> Vec<&'a Node> {
+    pub fn sorted(&self) -> Sorted<'a> {
         self.children.sorted(self.nodes)
     }
 }
@@ -811,13 +811,7 @@ mod tests {
 
     fn child_names(tree: &DataTree, path: &str) -> Vec<String> {
         tree.children(path)
-            .map(|children| {
-                children
-                    .sorted()
-                    .iter()
-                    .map(|n| n.name().to_owned())
-                    .collect()
-            })
+            .map(|children| children.sorted().map(|n| n.name().to_owned()).collect())
             .unwrap_or_default()
     }
 

@@ -10,7 +10,7 @@ mod data_tree;
 mod node;
 mod node_map;
 
-pub use children::Children;
+pub use children::{Children, Sorted};
 pub use data_tree::{
     Change, ChildList, DataTree, TreeBuilder, TreeView, ViewEntry, CHILDREN_PER_NODE_MAX,
 };
