@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use arbor_protocol::frame::{FrameDecoder, FrameError};
 use arbor_protocol::{ErrorCode, Op, ServerMessage, Zxid};
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
@@ -52,10 +53,31 @@ use crate::pipeline::commit::WriteResult;
 /// larger frame.
 const READ_BUF_BYTES: usize = 4 * 1024;
 
+/// A frame larger than this (a multi of a thousand creates, a big set) grew
+/// the read buffer to its size; once it is read, the buffer starts small
+/// again, so a connection that sent one large frame does not hold that much
+/// memory for as long as it lives.
+const READ_BUF_RETAINED_BYTES_MAX: usize = 64 * 1024;
+
 /// How long a closing connection may take to flush what it owes.
 const WRITER_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// After a frame of `frame_len` bytes was split off `buffer`: if it was a
+/// large one, moves what is left (the start of the next frame, if any) into
+/// a small buffer of its own, so the large allocation goes with the frame.
+/// (The buffer's capacity alone would not tell: the frame holds its bytes
+/// until it is dropped, and the buffer takes the allocation back after.)
+fn release_large_read_buffer(buffer: &mut BytesMut, frame_len: usize) {
+    if frame_len <= READ_BUF_RETAINED_BYTES_MAX {
+        return;
+    }
+    let rest = buffer.split();
+    let mut fresh = BytesMut::with_capacity(READ_BUF_BYTES.max(rest.len()));
+    fresh.extend_from_slice(&rest);
+    *buffer = fresh;
+}
 
 type Frames<S> = FramedRead<ReadHalf<S>, FrameDecoder>;
 
@@ -151,5 +173,33 @@ where
         .is_err()
     {
         debug!(connection_id, %peer, "writer did not drain in time");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves a large frame's buffer goes with the frame: what follows it is
+    // kept, in a small buffer; a small frame leaves the buffer as it was.
+    #[test]
+    fn a_large_frame_does_not_leave_its_buffer_behind() {
+        let large = READ_BUF_RETAINED_BYTES_MAX * 3;
+        let mut buffer = BytesMut::with_capacity(READ_BUF_BYTES);
+        buffer.extend_from_slice(&vec![7u8; large]);
+        buffer.extend_from_slice(b"next frame's start");
+        let frame = buffer.split_to(large);
+        release_large_read_buffer(&mut buffer, frame.len());
+        assert_eq!(&buffer[..], b"next frame's start");
+        assert!(buffer.capacity() <= READ_BUF_RETAINED_BYTES_MAX);
+        assert!(frame.iter().all(|&byte| byte == 7) && frame.len() == large);
+
+        let mut small = BytesMut::with_capacity(READ_BUF_BYTES);
+        small.extend_from_slice(&[1u8; 100]);
+        small.extend_from_slice(b"rest");
+        let frame = small.split_to(100);
+        let before = small.as_ptr();
+        release_large_read_buffer(&mut small, frame.len());
+        assert_eq!((&small[..], small.as_ptr()), (&b"rest"[..], before));
     }
 }

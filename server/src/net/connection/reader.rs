@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::responder::Responder;
-use super::{closing, frame_error_message, reply, Frames, Pending};
+use super::{closing, frame_error_message, release_large_read_buffer, reply, Frames, Pending};
 use crate::context::Shared;
 use crate::net::Outbound;
 use crate::pipeline::commit::Proposal;
@@ -109,7 +109,10 @@ pub(super) async fn read_loop<S: AsyncRead>(
         };
         let bytes = match next {
             None => return,
-            Some(Ok(bytes)) => bytes,
+            Some(Ok(bytes)) => {
+                release_large_read_buffer(frames.read_buffer_mut(), bytes.len());
+                bytes
+            }
             Some(Err(err)) => {
                 warn!(session_id, error = %err, "bad frame; closing connection");
                 if let Some(message) = frame_error_message(&err) {

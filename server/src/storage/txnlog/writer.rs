@@ -34,9 +34,11 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 pub const PREALLOCATE_BYTES_DEFAULT: u64 = 4 * 1024 * 1024;
 /// Larger chunks would only waste disk.
 pub const PREALLOCATE_BYTES_MAX: u64 = 1024 * 1024 * 1024;
-/// The encode buffer is kept between batches up to this size; a rare huge
-/// batch does not pin its memory for ever.
-const BUFFER_BYTES_RETAINED_MAX: usize = 4 * 1024 * 1024;
+/// The encode buffer is kept between batches up to this size (a batch of
+/// small writes at 64 in flight is ~10 KB); one made for a batch of big
+/// multis is given back (it held ~1 MB of a 10 k-znode fill's RSS), which
+/// costs those batches an allocation each, small beside their fsync.
+const BUFFER_BYTES_RETAINED_MAX: usize = 256 * 1024;
 
 /// When appended records are forced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
