@@ -82,7 +82,8 @@ impl Children {
     }
 
     /// Whether a listing would find the name order already sorted out.
-    pub fn keeps_order(&self) -> bool {
+    #[cfg(test)]
+    fn keeps_order(&self) -> bool {
         self.order.get().is_some()
     }
 
