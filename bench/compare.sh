@@ -27,6 +27,11 @@
 # also probes the disk's raw fsync latency, the floor under every write.
 # Each workload prints one JSON line (arbor-bench); the tables in
 # BENCHMARKS.md hold the median over rounds and the ratio Arbor/ZooKeeper.
+# Load and listing rows also say how much of the machine's CPU the
+# hypervisor stole while they ran; a row that lost more than
+# STEAL_MAX_PERCENT (default 5) is measured again, up to STEAL_RETRIES
+# (default 2) more times, whichever server it measures, and the attempt that
+# lost least is kept: the tables compare the servers, not the neighbours.
 #
 # ZooKeeper runs as Debian's package runs it as a service: -Xmx1000m, log4j
 # at INFO into a rolling file (-Dzookeeper.root.logger=INFO,ROLLINGFILE,
@@ -56,6 +61,8 @@ RESULTS=$WORK/results.jsonl
 ENSEMBLE=$WORK/ensemble.jsonl
 SCALE=$WORK/scale.jsonl
 SCALE_ROUNDS=${SCALE_ROUNDS:-1}
+STEAL_MAX_PERCENT=${STEAL_MAX_PERCENT:-5}
+STEAL_RETRIES=${STEAL_RETRIES:-2}
 
 case $PART in
 standalone | ensemble | scale | all) ;;
@@ -242,17 +249,34 @@ trap 'exit 143' TERM
 
 # record FILE ROUND TARGET LABEL ARGS...: one arbor-bench run with ARGS, its
 # JSON line appended to FILE (TARGET only names it in the progress).
+# The steal_percent of a result line, or nothing if it has none.
+steal_of() { sed -n 's/.*"steal_percent":\([0-9.]*\).*/\1/p' <<<"$1"; }
+
 record() {
-    local file=$1 round=$2 target=$3 label=$4 line
+    local file=$1 round=$2 target=$3 label=$4 line kept="" kept_steal="" steal attempt
     shift 4
-    log "round $round $target $label"
-    if ! line=$("$BENCH" "$@" 2>>"$BENCH_LOG"); then
-        log "arbor-bench $* failed; the end of $BENCH_LOG:"
-        tail -5 "$BENCH_LOG" >&2
-        exit 1
-    fi
-    printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","result":%s}\n' \
-        "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$line" >>"$file"
+    for attempt in $(seq 1 $((STEAL_RETRIES + 1))); do
+        log "round $round $target $label"
+        if ! line=$("$BENCH" "$@" 2>>"$BENCH_LOG"); then
+            log "arbor-bench $* failed; the end of $BENCH_LOG:"
+            tail -5 "$BENCH_LOG" >&2
+            exit 1
+        fi
+        steal=$(steal_of "$line")
+        if [ -z "$steal" ]; then
+            kept=$line
+            break
+        fi
+        if [ -z "$kept" ] || awk -v a="$steal" -v b="$kept_steal" 'BEGIN { exit !(a < b) }'; then
+            kept=$line kept_steal=$steal
+        fi
+        if awk -v a="$steal" -v max="$STEAL_MAX_PERCENT" 'BEGIN { exit !(a <= max) }'; then
+            break
+        fi
+        log "round $round $target $label: the hypervisor stole $steal % of the CPU (over $STEAL_MAX_PERCENT %)"
+    done
+    printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","attempts":%s,"result":%s}\n' \
+        "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$attempt" "$kept" >>"$file"
 }
 
 # warm_up TARGET SERVERS: not recorded; the JVM's JIT (and both systems'
@@ -407,6 +431,28 @@ workloads() {
 
 scale_run() { run_on "$SCALE" "$@"; }
 
+# settle PID: waits (up to SETTLE_MAX_SECS) until the process spends under
+# SETTLE_IDLE_TICKS ticks of CPU (of 100 a second) in a second. A fill of
+# millions of znodes leaves work behind it in both servers (a snapshot of
+# the tree being written, a JVM's collector and compiler), and the rows
+# after it measure a tree of that size, not the tail of its fill.
+SETTLE_IDLE_TICKS=5
+SETTLE_MAX_SECS=120
+settle() {
+    local pid=$1 before after waited=0
+    while [ "$waited" -lt "$SETTLE_MAX_SECS" ]; do
+        before=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")
+        sleep 1
+        after=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")
+        waited=$((waited + 1))
+        if [ $((after - before)) -lt "$SETTLE_IDLE_TICKS" ]; then
+            log "server $pid settled after ${waited} s"
+            return 0
+        fi
+    done
+    log "server $pid still busy after ${SETTLE_MAX_SECS} s; measuring anyway"
+}
+
 scale_workloads() {
     local round=$1 target=$2 n pid limit
     for n in "${SCALE_ZNODES[@]}"; do
@@ -428,6 +474,7 @@ scale_workloads() {
         warm_up "$target" "127.0.0.1:$(port_of "$target")"
         pid=$(cat "$WORK/$target/pid")
         scale_run "$round" "$target" "znodes-$n" --keep memory --count "$n" --parents "$SCALE_PARENTS" --server-pid "$pid"
+        settle "$pid"
         scale_run "$round" "$target" "create-$n" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
         scale_run "$round" "$target" "get-$n" get --concurrency 1 --conns 1 --count "$ONE_COUNT" --server-pid "$pid"
         start_fresh "$target"
@@ -705,5 +752,6 @@ if [ "$REPORT_ONLY" = 1 ]; then PART=none; fi
 export RESULTS ENSEMBLE SCALE OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
 export ARBOR_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
+export STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS
 python3 "$ROOT/bench/report.py"
 log "wrote $OUT"

@@ -32,12 +32,15 @@ class Part:
         self.quick = False
         self.commits = []
         self.rounds = 0
+        # Rows measured again because the hypervisor stole too much CPU.
+        self.remeasured = 0
         with open(path) as lines:
             for line in lines:
                 entry = json.loads(line)
                 result = entry["result"]
                 target = result.get("target", "disk")
                 self.runs[(entry["label"], target)].append((entry["round"], result))
+                self.remeasured += entry.get("attempts", 1) > 1
                 # Lines written before "quick" existed: as this run says.
                 self.quick |= bool(entry.get("quick", env("QUICK") == "1"))
                 commit = entry.get("commit")
@@ -528,6 +531,26 @@ if ensemble:
 w("")
 w("A warm-up (not recorded: 4 s of `mixed`, 3 s of `create`, 20 000 `delete`s) runs")
 w("before the first measured workload of each target in each round, for the JVM's JIT.")
+def kept_steal(part):
+    return [r["steal_percent"] for runs in part.runs.values() for _, r in runs
+            if r.get("steal_percent") is not None]
+
+
+# Results from before rows recorded steal say nothing of it.
+stolen = [s for p in parts for s in kept_steal(p)]
+if stolen:
+    w("")
+    w("This machine is a virtual machine: load and listing rows record the share of the machine's")
+    w("CPU ticks the hypervisor gave to another guest while they ran (`steal_percent`, from")
+    w(f"`/proc/stat`); a row that lost more than {env('STEAL_MAX_PERCENT', '5')} % was measured again, up to")
+    w(f"{env('STEAL_RETRIES', '2')} more times, against either server, and the attempt that lost least kept.")
+    w(f"Rows measured again in this report: {sum(p.remeasured for p in parts)}; the most any kept row")
+    w(f"lost: {max(stolen):.1f} %.")
+if scale and kept_steal(scale):
+    w("In the scale part the timed rows on a filled tree start once the server has spent under")
+    w(f"{env('SETTLE_IDLE_TICKS', '5')} % of a core for a second (waiting at most "
+      f"{env('SETTLE_MAX_SECS', '120')} s): the fill's own aftermath (a snapshot")
+    w("being written, a JVM's collector) belongs to the fill, not to the tree it leaves.")
 
 with open(OUT, "w") as f:
     f.write("\n".join(out) + "\n")

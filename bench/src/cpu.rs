@@ -1,6 +1,10 @@
 //! CPU time spent by processes, from `/proc/<pid>/stat`: how much a server
 //! (and the load generator itself) pays per operation, which throughput on a
-//! shared two-core machine hides.
+//! shared two-core machine hides. And the machine's steal time, from
+//! `/proc/stat`: on a virtual machine the hypervisor may run someone else on
+//! our cores mid-run, which slows every process here at once (measured: a
+//! run with a third of its ticks stolen made creates 40 % slower and every
+//! process's CPU per op higher), so a row says how much of it it saw.
 
 use anyhow::{anyhow, Context, Result};
 
@@ -34,11 +38,60 @@ pub fn cpu_us(pid: Option<u32>) -> Result<u64> {
     Ok(ticks * 1_000_000 / TICKS_PER_SECOND)
 }
 
-/// CPU time of the servers (summed) and of this process, taken together.
+/// The machine's CPU ticks since boot (every core): all of them, and those
+/// the hypervisor gave to another guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineTicks {
+    total: u64,
+    steal: u64,
+}
+
+impl MachineTicks {
+    pub fn now() -> Result<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        Self::parse(&stat)
+    }
+
+    /// The `cpu` line: user nice system idle iowait irq softirq steal guest
+    /// guest_nice. Guest time is already inside user, so it is not added.
+    fn parse(stat: &str) -> Result<Self> {
+        let line = stat
+            .lines()
+            .find(|line| line.starts_with("cpu "))
+            .ok_or_else(|| anyhow!("/proc/stat has no cpu line"))?;
+        let ticks = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|field| field.parse::<u64>().context("parsing /proc/stat"))
+            .collect::<Result<Vec<u64>>>()?;
+        if ticks.len() < 8 {
+            return Err(anyhow!("/proc/stat's cpu line has no steal field"));
+        }
+        Ok(Self {
+            total: ticks.iter().sum(),
+            steal: ticks[7],
+        })
+    }
+
+    /// Percent of the machine's ticks since `self` that were stolen.
+    pub fn steal_percent_since(&self, later: &MachineTicks) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        if total == 0 {
+            return 0.0;
+        }
+        let steal = later.steal.saturating_sub(self.steal);
+        (steal as f64 * 1000.0 / total as f64).round() / 10.0
+    }
+}
+
+/// CPU time of the servers (summed) and of this process, and the machine's
+/// ticks, taken together.
 #[derive(Debug, Clone, Copy)]
 pub struct CpuMark {
     servers_us: u64,
     bench_us: u64,
+    machine: MachineTicks,
 }
 
 impl CpuMark {
@@ -50,7 +103,14 @@ impl CpuMark {
         Ok(Self {
             servers_us,
             bench_us: cpu_us(None)?,
+            machine: MachineTicks::now()?,
         })
+    }
+
+    /// Percent of the machine's CPU ticks since `self` stolen by the
+    /// hypervisor.
+    pub fn steal_percent_since(&self, later: &CpuMark) -> f64 {
+        self.machine.steal_percent_since(&later.machine)
     }
 
     /// Microseconds of CPU per op since `self`: (servers, load generator).
@@ -77,6 +137,26 @@ mod tests {
         }
         let after = cpu_us(None).expect("reads again");
         assert!(after >= before + 20_000, "{before} -> {after}");
+    }
+
+    #[test]
+    fn steal_is_the_eighth_tick_count_of_the_cpu_line() {
+        let before = MachineTicks::parse(
+            "cpu  100 0 50 800 20 0 10 20 0 0\ncpu0 50 0 25 400 10 0 5 10 0 0\n",
+        )
+        .expect("parses");
+        let after = MachineTicks::parse("cpu  200 0 100 1500 40 0 20 140 7 0\n").expect("parses");
+        // 1000 ticks passed (guest time is inside user), 120 of them stolen.
+        assert_eq!(before.steal_percent_since(&after), 12.0);
+        assert_eq!(after.steal_percent_since(&after), 0.0);
+        assert!(MachineTicks::parse("cpu  1 2 3 4\n").is_err());
+        assert!(MachineTicks::parse("intr 5\n").is_err());
+    }
+
+    #[test]
+    fn this_machine_has_a_steal_count() {
+        let now = MachineTicks::now().expect("reads /proc/stat");
+        assert!(now.total >= now.steal);
     }
 
     #[test]

@@ -100,6 +100,11 @@ fn load_reports_cpu_per_op_of_server_and_load_generator() {
         "{report}"
     );
     assert!(per_op("bench_cpu_us_per_op") >= 0.0, "{report}");
+    // compare.sh measures a row again on this figure; it must be there.
+    assert!(
+        (0.0..=100.0).contains(&per_op("steal_percent")),
+        "{report}"
+    );
     let without = bench(&["--server", server.addr(), "get", "--count", "100"]);
     assert!(without.get("server_cpu_us_per_op").is_none(), "{without}");
 }
@@ -274,6 +279,8 @@ fn children_lists_every_child_and_cleans_up() {
     assert_eq!(report["workload"], "children");
     assert_eq!(report["children"], 2500);
     assert_eq!(report["ops"], 20);
+    let steal = report["steal_percent"].as_f64().unwrap_or(-1.0);
+    assert!((0.0..=100.0).contains(&steal), "{report}");
     let left = root_children(server.addr());
     assert!(
         left.iter().all(|name| !name.starts_with("bench-children")),

@@ -12,6 +12,7 @@ use anyhow::{anyhow, Result};
 
 use super::memory::{run_batches, Batches};
 use super::{close_all, fresh_root, Env};
+use crate::cpu::MachineTicks;
 use crate::stats::{micros, Report, Summary};
 use crate::target::ConnectOptions;
 
@@ -55,6 +56,7 @@ pub async fn run(env: &Env, args: &ChildrenArgs) -> Result<Report> {
     });
     run_batches(&sessions, FILL_CONCURRENCY, 0..batches, &spec, true).await?;
 
+    let machine_before = MachineTicks::now()?;
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(usize::try_from(args.count).unwrap_or(0));
     for _ in 0..args.count {
@@ -70,6 +72,7 @@ pub async fn run(env: &Env, args: &ChildrenArgs) -> Result<Report> {
         }
     }
     let elapsed = started.elapsed();
+    let steal_percent = machine_before.steal_percent_since(&MachineTicks::now()?);
 
     if !env.keep {
         run_batches(&sessions, FILL_CONCURRENCY, 0..batches, &spec, false).await?;
@@ -82,6 +85,7 @@ pub async fn run(env: &Env, args: &ChildrenArgs) -> Result<Report> {
     report
         .field("children", args.children)
         .field("count", args.count)
-        .throughput(args.count, elapsed, &latency);
+        .throughput(args.count, elapsed, &latency)
+        .field("steal_percent", steal_percent);
     Ok(report)
 }

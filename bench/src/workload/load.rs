@@ -166,6 +166,7 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
         report.field("server_cpu_us_per_op", server_cpu);
     }
     report.field("bench_cpu_us_per_op", bench_cpu);
+    report.field("steal_percent", cpu_before.steal_percent_since(&cpu_after));
     if workload == Kind::Mixed {
         report.field("set_percent", super::MIXED_SET_PERCENT);
     }
