@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+use arbor_protocol::acl::ACL_ENTRIES_MAX;
 use arbor_protocol::path::{self, PathError};
 use arbor_protocol::{
-    AddWatchMode, ChildEntry, CreateMode, MultiOp, MultiOpOutcome, Op, OpResult, ServerLimits,
-    SessionCredentials, SessionId, Stat, WatcherKind, Zxid, ANY_VERSION,
+    Acl, AddWatchMode, ChildEntry, CreateMode, Id, MultiOp, MultiOpOutcome, Op, OpResult,
+    ServerLimits, SessionCredentials, SessionId, Stat, WatcherKind, Zxid, ANY_VERSION,
 };
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, TryAcquireError};
@@ -244,6 +245,120 @@ impl Client {
         match self.call(path, op, Effect::None).await? {
             OpResult::Created { path, stat } => Ok((path, stat)),
             other => Err(unexpected("create", &other)),
+        }
+    }
+
+    /// Creates a node whose ACL is `acl` and returns its actual path and
+    /// stat. The parent's ACL must grant CREATE. `auth` entries stand for
+    /// the ids this session proved ([`ClientOptions::with_auth`](crate::ClientOptions::with_auth)).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// use arbor_client::{Acl, CreateMode};
+    ///
+    /// // Everything for this session's ids, reads for everybody.
+    /// let acl = Acl::parse_list("auth::cdrwa,world:anyone:r").expect("valid ACL text");
+    /// client.create_with_acl("/team-a", Vec::new(), CreateMode::Persistent, acl).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_with_acl(
+        &self,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+        mode: CreateMode,
+        acl: Vec<Acl>,
+    ) -> Result<(String, Stat), Error> {
+        let data = data.into();
+        check_create_path(path, mode)?;
+        self.check_data(&data)?;
+        check_acl(&acl)?;
+        let op = if acl == Acl::open() {
+            Op::Create {
+                path: path.to_owned(),
+                data,
+                mode,
+            }
+        } else {
+            Op::CreateWithAcl {
+                path: path.to_owned(),
+                data,
+                mode,
+                acl,
+            }
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Created { path, stat } => Ok((path, stat)),
+            other => Err(unexpected("create", &other)),
+        }
+    }
+
+    /// A node's ACL and stat (`stat.aversion` is the ACL's version). Needs
+    /// READ or ADMIN; without ADMIN, digests show as `user:x`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// let (acl, stat) = client.get_acl("/team-a").await?;
+    /// for entry in &acl {
+    ///     println!("{entry}"); // e.g. digest:alice:x:cdrwa
+    /// }
+    /// println!("ACL version {}", stat.aversion);
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_acl(&self, path: &str) -> Result<(Vec<Acl>, Stat), Error> {
+        check_path(path)?;
+        let op = Op::GetAcl {
+            path: path.to_owned(),
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::Acl { acl, stat } => Ok((acl, stat)),
+            other => Err(unexpected("get_acl", &other)),
+        }
+    }
+
+    /// Replaces a node's ACL if its ACL version is `version` (`None`: any);
+    /// needs ADMIN. Returns the new stat.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// use arbor_client::Acl;
+    ///
+    /// let (_, stat) = client.get_acl("/team-a").await?;
+    /// client.set_acl("/team-a", Acl::read_only(), Some(stat.aversion)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_acl(
+        &self,
+        path: &str,
+        acl: Vec<Acl>,
+        version: Option<i32>,
+    ) -> Result<Stat, Error> {
+        check_path(path)?;
+        check_acl(&acl)?;
+        let op = Op::SetAcl {
+            path: path.to_owned(),
+            acl,
+            version: version.unwrap_or(ANY_VERSION),
+        };
+        match self.call(path, op, Effect::None).await? {
+            OpResult::SetAcl(stat) => Ok(stat),
+            other => Err(unexpected("set_acl", &other)),
+        }
+    }
+
+    /// The ids this session holds, as the server sees them: the address it
+    /// connects from (`ip`), then each id it proved.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), arbor_client::Error> {
+    /// for id in client.who_am_i().await? {
+    ///     println!("{id}"); // ip:127.0.0.1, digest:alice:...
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn who_am_i(&self) -> Result<Vec<Id>, Error> {
+        match self.call("", Op::WhoAmI, Effect::None).await? {
+            OpResult::WhoAmI(ids) => Ok(ids),
+            other => Err(unexpected("who_am_i", &other)),
         }
     }
 
@@ -564,6 +679,16 @@ impl Client {
                     check_create_path(path, *mode)?;
                     self.check_data(data)?;
                 }
+                MultiOp::CreateWithAcl {
+                    path,
+                    data,
+                    mode,
+                    acl,
+                } => {
+                    check_create_path(path, *mode)?;
+                    self.check_data(data)?;
+                    check_acl(acl)?;
+                }
                 MultiOp::SetData { path, data, .. } => {
                     check_path(path)?;
                     self.check_data(data)?;
@@ -801,6 +926,18 @@ fn check_path(path: &str) -> Result<(), Error> {
     path::validate(path).map_err(|reason| invalid_path(path, reason))
 }
 
+/// What the server would refuse of an ACL without looking at the tree: an
+/// empty list, or more entries than it takes.
+fn check_acl(acl: &[Acl]) -> Result<(), Error> {
+    if acl.is_empty() {
+        return Err(Error::InvalidAcl);
+    }
+    if acl.len() > ACL_ENTRIES_MAX {
+        return Err(Error::LimitExceeded);
+    }
+    Ok(())
+}
+
 fn check_create_path(path: &str, mode: CreateMode) -> Result<(), Error> {
     let checked = if mode.is_sequential() {
         path::validate_sequential_prefix(path)
@@ -838,6 +975,10 @@ fn result_name(result: &OpResult) -> &'static str {
         OpResult::SessionClosed => "SessionClosed",
         OpResult::WatchesChanged => "WatchesChanged",
         OpResult::ClusterStatus(_) => "ClusterStatus",
+        OpResult::Acl { .. } => "Acl",
+        OpResult::SetAcl(_) => "SetAcl",
+        OpResult::Authenticated => "Authenticated",
+        OpResult::WhoAmI(_) => "WhoAmI",
     }
 }
 

@@ -79,7 +79,7 @@ use tokio_util::codec::FramedRead;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::error::{Ended, Error};
-use crate::options::ClientOptions;
+use crate::options::{AuthInfo, ClientOptions};
 use crate::resume::{
     set_watches_batches, set_watches_budget, set_watches_op, RECONNECT_BACKOFF_MAX,
     RECONNECT_BACKOFF_MIN,
@@ -192,7 +192,10 @@ pub(crate) async fn connect(
     ));
     for addr in servers.shuffled() {
         let addr = addr.as_str();
-        let attempt = tokio::time::timeout(options.connect_timeout, handshake(addr, &request));
+        let attempt = tokio::time::timeout(
+            options.connect_timeout,
+            handshake(addr, &request, &options.auth),
+        );
         let failure = match attempt.await {
             Ok(Ok(established)) => return Ok(established),
             Ok(Err(failure)) => failure,
@@ -208,6 +211,14 @@ pub(crate) async fn connect(
             } => {
                 debug!(addr, message, "session resume refused");
                 return Err(Error::SessionExpired);
+            }
+            // Every server checks credentials alike.
+            Attempt::Refused {
+                code: ErrorCode::AuthFailed,
+                message,
+            } => {
+                debug!(addr, message, "credentials refused");
+                return Err(Error::AuthFailed);
             }
             Attempt::Refused { code, message } => {
                 debug!(addr, ?code, message, "handshake refused");
@@ -226,7 +237,15 @@ pub(crate) async fn connect(
     Err(last_error)
 }
 
-async fn handshake(addr: &str, request: &ConnectRequest) -> Result<Established, Attempt> {
+/// The xid of the auth requests a handshake sends: the session's own
+/// requests start at 1.
+const AUTH_XID: u64 = 0;
+
+async fn handshake(
+    addr: &str,
+    request: &ConnectRequest,
+    auth: &[AuthInfo],
+) -> Result<Established, Attempt> {
     let stream = TcpStream::connect(addr).await.map_err(Attempt::Io)?;
     // Requests are small and latency-bound; batching is done by us, not Nagle.
     stream.set_nodelay(true).map_err(Attempt::Io)?;
@@ -266,12 +285,75 @@ async fn handshake(addr: &str, request: &ConnectRequest) -> Result<Established, 
     check_response(&response, request).map_err(Attempt::Protocol)?;
     let frame_bytes_max = frame_limit(&response);
     *reader.decoder_mut() = FrameDecoder::new(frame_bytes_max);
+    prove(&mut reader, &mut writer, auth, frame_bytes_max).await?;
     Ok(Established {
         reader,
         writer,
         response,
         addr: addr.to_owned(),
     })
+}
+
+/// Proves each of `auth` on a new connection, before anything else is sent
+/// on it: the session's requests then run with every id proved.
+async fn prove(
+    reader: &mut FramedRead<OwnedReadHalf, FrameDecoder>,
+    writer: &mut OwnedWriteHalf,
+    auth: &[AuthInfo],
+    frame_bytes_max: usize,
+) -> Result<(), Attempt> {
+    for info in auth {
+        let request = ClientMessage::Request {
+            xid: AUTH_XID,
+            op: Op::Auth {
+                scheme: info.scheme.clone(),
+                credentials: info.credentials.clone(),
+            },
+        };
+        let mut frame = Vec::new();
+        encode_frame(&request, frame_bytes_max, &mut frame)
+            .map_err(|err| Attempt::Protocol(err.to_string()))?;
+        writer.write_all(&frame).await.map_err(Attempt::Io)?;
+        let payload = match reader.next().await {
+            Some(Ok(payload)) => payload,
+            Some(Err(FrameError::Io(err))) => return Err(Attempt::Io(err)),
+            Some(Err(err)) => return Err(Attempt::Protocol(err.to_string())),
+            None => {
+                return Err(Attempt::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection during authentication",
+                )))
+            }
+        };
+        match codec::decode::<ServerMessage>(&payload) {
+            Ok(ServerMessage::Reply {
+                xid: AUTH_XID,
+                result: Ok(OpResult::Authenticated),
+                ..
+            }) => {}
+            Ok(ServerMessage::Reply {
+                xid: AUTH_XID,
+                result: Err(code),
+                ..
+            }) => {
+                return Err(Attempt::Refused {
+                    code,
+                    message: format!("{} credentials refused", info.scheme),
+                })
+            }
+            Ok(ServerMessage::Closing { code, message }) => {
+                return Err(Attempt::Refused { code, message })
+            }
+            Ok(other) => {
+                return Err(Attempt::Protocol(format!(
+                    "expected the answer to an auth request, got {}",
+                    message_name(&other)
+                )))
+            }
+            Err(err) => return Err(Attempt::Protocol(err.to_string())),
+        }
+    }
+    Ok(())
 }
 
 fn check_response(response: &ConnectResponse, request: &ConnectRequest) -> Result<(), String> {
@@ -1072,7 +1154,8 @@ impl Connection {
                     .options
                     .connect_timeout
                     .min((expires_at - now) / untried);
-                let attempt = tokio::time::timeout(limit, handshake(&addr, &request));
+                let auth = self.options.auth.clone();
+                let attempt = tokio::time::timeout(limit, handshake(&addr, &request, &auth));
                 match self.while_suspended(attempt).await? {
                     Ok(Ok(established)) => return Ok(established),
                     Ok(Err(Attempt::Refused {

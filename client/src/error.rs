@@ -64,9 +64,13 @@ pub enum Error {
     /// The credentials were refused.
     #[error("authentication failed")]
     AuthFailed,
-    /// The session may not do this.
+    /// The session may not do this (the node's ACL does not allow it).
     #[error("not authorized")]
     NoAuth,
+    /// The ACL is empty, names an unknown scheme or a malformed id, or uses
+    /// `auth` in a session that has proved no id.
+    #[error("invalid ACL")]
+    InvalidAcl,
     /// The server does not support this operation.
     #[error("operation not implemented by the server")]
     Unimplemented,
@@ -163,6 +167,7 @@ impl Error {
             ErrorCode::LimitExceeded => Error::LimitExceeded,
             ErrorCode::BadRequest => Error::BadRequest,
             ErrorCode::Internal => Error::Internal,
+            ErrorCode::InvalidAcl => Error::InvalidAcl,
         }
     }
 
@@ -190,6 +195,7 @@ impl Error {
             Error::LimitExceeded => ErrorCode::LimitExceeded,
             Error::BadRequest => ErrorCode::BadRequest,
             Error::Internal => ErrorCode::Internal,
+            Error::InvalidAcl => ErrorCode::InvalidAcl,
             Error::MultiFailed { code, .. } => *code,
             Error::ConnectionLoss
             | Error::Timeout
@@ -255,6 +261,7 @@ mod tests {
             ErrorCode::LimitExceeded,
             ErrorCode::BadRequest,
             ErrorCode::Internal,
+            ErrorCode::InvalidAcl,
         ];
         for code in codes {
             assert_eq!(Error::from_code(code, "/a").code(), Some(code), "{code:?}");

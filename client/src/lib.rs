@@ -105,18 +105,19 @@ mod watch;
 #[cfg(test)]
 mod tests;
 
+pub use arbor_protocol::acl;
 pub use arbor_protocol::{
-    AddWatchMode, ChildEntry, ClusterStatus, CreateMode, ErrorCode, EventType, MemberStatus,
-    MultiOp, MultiOpOutcome, OpResult, ServerLimits, SessionCredentials, SessionId, Stat,
-    WatchEvent, WatcherKind, Zxid, ANY_VERSION,
+    Acl, AddWatchMode, ChildEntry, ClusterStatus, CreateMode, ErrorCode, EventType, Id,
+    MemberStatus, MultiOp, MultiOpOutcome, OpResult, Perms, ServerLimits, SessionCredentials,
+    SessionId, Stat, WatchEvent, WatcherKind, Zxid, ANY_VERSION,
 };
 
 pub use client::Client;
 pub use connection::{CLOSE_ON_DROP_TIMEOUT, DEADLINE_TICK, WRITE_BUFFER_HIGH_WATER_BYTES};
 pub use error::Error;
 pub use options::{
-    ClientOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_SESSION_TIMEOUT, MAX_IN_FLIGHT_LIMIT,
+    AuthInfo, ClientOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, MAX_AUTH, MAX_IN_FLIGHT_LIMIT,
 };
 pub use resume::{RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, SET_WATCHES_PATH_OVERHEAD_BYTES};
 pub use servers::SERVERS_MAX;

@@ -13,7 +13,7 @@
 //! assert_eq!(ops[2], MultiOp::Delete { path: "/config/prev".into(), version: -1 });
 //! ```
 
-use arbor_protocol::{CreateMode, MultiOp, ANY_VERSION};
+use arbor_protocol::{Acl, CreateMode, MultiOp, ANY_VERSION};
 
 /// Fails the transaction unless `path` exists with `version` (`None`: any).
 pub fn check(path: impl Into<String>, version: Option<i32>) -> MultiOp {
@@ -29,6 +29,27 @@ pub fn create(path: impl Into<String>, data: impl Into<Vec<u8>>, mode: CreateMod
         path: path.into(),
         data: data.into(),
         mode,
+    }
+}
+
+/// Creates a node with `acl` (as
+/// [`Client::create_with_acl`](crate::Client::create_with_acl)).
+pub fn create_with_acl(
+    path: impl Into<String>,
+    data: impl Into<Vec<u8>>,
+    mode: CreateMode,
+    acl: Vec<Acl>,
+) -> MultiOp {
+    let (path, data) = (path.into(), data.into());
+    // The open ACL is what a plain create gives, in fewer bytes.
+    if acl == Acl::open() {
+        return MultiOp::Create { path, data, mode };
+    }
+    MultiOp::CreateWithAcl {
+        path,
+        data,
+        mode,
+        acl,
     }
 }
 

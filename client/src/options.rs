@@ -28,6 +28,10 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// up front at this size, so it must stay modest.
 pub const MAX_IN_FLIGHT_LIMIT: usize = 65_536;
 
+/// Credentials a client proves on each connection at most (the server keeps
+/// as many ids per session).
+pub const MAX_AUTH: usize = 8;
+
 /// Options for [`Client::connect`](crate::Client::connect).
 ///
 /// ```
@@ -68,6 +72,26 @@ pub struct ClientOptions {
     /// longer knows it, connecting fails with
     /// [`Error::SessionExpired`](crate::Error::SessionExpired).
     pub resume: Option<SessionCredentials>,
+    /// Ids to prove on every connection, in order, before any request (see
+    /// [`ClientOptions::with_auth`]).
+    pub auth: Vec<AuthInfo>,
+}
+
+/// Credentials in one scheme, proved by the client on each connection.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthInfo {
+    pub scheme: String,
+    pub credentials: Vec<u8>,
+}
+
+/// Never prints the credentials.
+impl std::fmt::Debug for AuthInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthInfo")
+            .field("scheme", &self.scheme)
+            .field("credentials", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Shows the session id to resume but never its password.
@@ -79,6 +103,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("request_timeout", &self.request_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("resume", &self.resume.map(|credentials| credentials.id))
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -91,11 +116,34 @@ impl Default for ClientOptions {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             resume: None,
+            auth: Vec::new(),
         }
     }
 }
 
 impl ClientOptions {
+    /// Proves `credentials` in `scheme` on every connection, before any
+    /// request: at connect, and again after each reconnect. Scheme `digest`
+    /// takes `user:password`; its id is what an ACL entry
+    /// `digest:user:<hash>` names (see `arbor_protocol::acl::digest_id`).
+    /// Refused credentials fail the connect with
+    /// [`Error::AuthFailed`](crate::Error::AuthFailed).
+    ///
+    /// ```
+    /// use arbor_client::ClientOptions;
+    ///
+    /// let options = ClientOptions::default().with_auth("digest", "alice:secret");
+    /// assert_eq!(options.auth[0].scheme, "digest");
+    /// assert!(!format!("{options:?}").contains("secret"));
+    /// ```
+    pub fn with_auth(mut self, scheme: &str, credentials: impl Into<Vec<u8>>) -> Self {
+        self.auth.push(AuthInfo {
+            scheme: scheme.to_owned(),
+            credentials: credentials.into(),
+        });
+        self
+    }
+
     /// Sets [`ClientOptions::session_timeout`].
     pub fn with_session_timeout(mut self, session_timeout: Duration) -> Self {
         self.session_timeout = session_timeout;
@@ -135,7 +183,8 @@ impl ClientOptions {
             && self.session_timeout.as_millis() <= u128::from(u32::MAX);
         let in_flight_ok = (1..=MAX_IN_FLIGHT_LIMIT).contains(&self.max_in_flight);
         let waits_ok = !self.connect_timeout.is_zero() && !self.request_timeout.is_zero();
-        if timeout_ms_ok && in_flight_ok && waits_ok {
+        let auth_ok = self.auth.len() <= MAX_AUTH;
+        if timeout_ms_ok && in_flight_ok && waits_ok && auth_ok {
             Ok(())
         } else {
             Err(Error::BadArguments)

@@ -62,4 +62,8 @@ pub enum ErrorCode {
     /// An invariant broke inside the server; the request had no effect.
     #[error("internal server error")]
     Internal,
+    /// An ACL is empty, names an unknown scheme or a malformed id, or uses
+    /// `auth` in a session that has proved no id.
+    #[error("invalid ACL")]
+    InvalidAcl,
 }

@@ -14,6 +14,7 @@
 //! Every reply carries the server's last applied zxid: the position of the
 //! newest write in the server's total order of writes.
 
+pub mod acl;
 pub mod child_names;
 pub mod codec;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod request;
 pub mod response;
 pub mod stat;
 
+pub use acl::{Acl, Id, Perms};
 pub use child_names::ChildNames;
 pub use error::ErrorCode;
 pub use event::{EventType, WatchEvent};

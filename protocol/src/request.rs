@@ -2,6 +2,7 @@
 
 use bincode::{Decode, Encode};
 
+use crate::acl::Acl;
 use crate::{SessionId, Zxid, SESSION_PASSWORD_BYTES};
 
 /// The expected version that matches any version (ZooKeeper's `-1`).
@@ -138,6 +139,14 @@ pub enum MultiOp {
         data: Vec<u8>,
         version: i32,
     },
+    /// A create whose node gets `acl` instead of the open ACL (a `Create`
+    /// gives the open one, and costs no bytes for it).
+    CreateWithAcl {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+        acl: Vec<Acl>,
+    },
 }
 
 impl MultiOp {
@@ -145,8 +154,18 @@ impl MultiOp {
         match self {
             MultiOp::Check { path, .. }
             | MultiOp::Create { path, .. }
+            | MultiOp::CreateWithAcl { path, .. }
             | MultiOp::Delete { path, .. }
             | MultiOp::SetData { path, .. } => path,
+        }
+    }
+
+    /// The ACL a create gives its node; `None` for the open ACL, and for ops
+    /// that are not creates.
+    pub fn acl(&self) -> Option<&[Acl]> {
+        match self {
+            MultiOp::CreateWithAcl { acl, .. } => Some(acl),
+            _ => None,
         }
     }
 }
@@ -239,6 +258,34 @@ pub enum Op {
     RemoveMember {
         id: u64,
     },
+    /// A create whose node gets `acl` (see [`MultiOp::CreateWithAcl`]).
+    CreateWithAcl {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+        acl: Vec<Acl>,
+    },
+    /// The node's ACL and stat; needs READ or ADMIN on the node, and without
+    /// ADMIN digests are shown as `user:x`.
+    GetAcl {
+        path: String,
+    },
+    /// Replaces the node's ACL if its ACL version (`aversion`) is `version`
+    /// (or any, with [`ANY_VERSION`]); needs ADMIN on the node.
+    SetAcl {
+        path: String,
+        acl: Vec<Acl>,
+        version: i32,
+    },
+    /// Proves an id for this session: scheme `digest`, credentials
+    /// `user:password`. Refused credentials close the connection
+    /// (`AuthFailed`), as in ZooKeeper.
+    Auth {
+        scheme: String,
+        credentials: Vec<u8>,
+    },
+    /// The ids this session holds.
+    WhoAmI,
 }
 
 /// The most children one [`Op::ChildrenBelow`] returns.
@@ -280,8 +327,10 @@ impl Op {
         matches!(
             self,
             Op::Create { .. }
+                | Op::CreateWithAcl { .. }
                 | Op::Delete { .. }
                 | Op::SetData { .. }
+                | Op::SetAcl { .. }
                 | Op::Multi { .. }
                 | Op::CloseSession
         )
@@ -308,6 +357,11 @@ impl Op {
             Op::ClusterStatus => "cluster_status",
             Op::AddMember { .. } => "add_member",
             Op::RemoveMember { .. } => "remove_member",
+            Op::CreateWithAcl { .. } => "create",
+            Op::GetAcl { .. } => "get_acl",
+            Op::SetAcl { .. } => "set_acl",
+            Op::Auth { .. } => "auth",
+            Op::WhoAmI => "who_am_i",
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use bincode::{Decode, Encode};
 
+use crate::acl::{Acl, Id};
 use crate::{ChildNames, ErrorCode, SessionId, Stat, WatchEvent, Zxid, SESSION_PASSWORD_BYTES};
 
 /// A frame from server to client.
@@ -117,6 +118,17 @@ pub enum OpResult {
     /// A watch was added or removed.
     WatchesChanged,
     ClusterStatus(ClusterStatus),
+    /// A node's ACL, and its stat (`aversion` counts the ACL's changes).
+    Acl {
+        acl: Vec<Acl>,
+        stat: Stat,
+    },
+    /// The node's stat after a set-ACL.
+    SetAcl(Stat),
+    /// The credentials were accepted.
+    Authenticated,
+    /// The ids the session holds: its address, then what it proved.
+    WhoAmI(Vec<Id>),
 }
 
 /// One server's view of its ensemble (answer to `Op::ClusterStatus`).

@@ -21,7 +21,7 @@ pub struct Stat {
     pub version: i32,
     /// Number of child additions and removals.
     pub cversion: i32,
-    /// Number of ACL changes (always 0 until ACLs exist).
+    /// Number of ACL changes.
     pub aversion: i32,
     /// Session that owns this ephemeral node; 0 for any other node.
     pub ephemeral_owner: SessionId,

@@ -116,12 +116,12 @@ fn apply_set_data(bencher: Bencher, nodes: usize) {
 #[divan::bench]
 fn fire_predecessor_watch(bencher: Bencher) {
     let mut watches = WatchManager::new(1_000_000);
-    let change = Change::Deleted("/locks/job/lock-0000000041".to_owned());
+    let change = Change::Deleted("/locks/job/lock-0000000041".to_owned(), None);
     bencher.bench_local(|| {
         watches
             .add(2, WatchKind::Data, "/locks/job/lock-0000000041")
             .expect("under the limit");
-        black_box(watches.trigger(&change, 42))
+        black_box(watches.trigger(&change, 42, |_| true))
     });
 }
 
@@ -139,5 +139,5 @@ fn fire_unwatched_change(bencher: Bencher, watched: usize) {
         .add(99, WatchKind::PersistentRecursive, "/elsewhere")
         .expect("under the limit");
     let change = Change::DataChanged("/app/deep/below/node".to_owned());
-    bencher.bench_local(|| black_box(watches.trigger(&change, 7)));
+    bencher.bench_local(|| black_box(watches.trigger(&change, 7, |_| true)));
 }

@@ -70,6 +70,9 @@ pub struct Config {
     pub segment_bytes_max: u64,
     /// Set when this server is a member of an ensemble; `None` standalone.
     pub ensemble: Option<EnsembleConfig>,
+    /// The digest id (`user:base64(sha1(user:password))`) whose session may
+    /// do anything whatever the ACLs; `None`: no superuser.
+    pub super_digest: Option<String>,
 }
 
 /// Who this member is and who the others are.
@@ -133,6 +136,7 @@ impl Default for Config {
             snap_retain: 3,
             segment_bytes_max: SEGMENT_BYTES_DEFAULT,
             ensemble: None,
+            super_digest: None,
         }
     }
 }

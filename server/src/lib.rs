@@ -95,6 +95,7 @@
 //! events queued per connection (past it the connection is closed), watches
 //! per session, connections in all and per address, the commit queue.
 
+pub mod acl;
 pub mod allocator;
 pub mod clock;
 pub mod cluster;

@@ -5,6 +5,9 @@
 //! the state machine. Apply reads nothing but the entry and the current state,
 //! so the same entries replayed in zxid order rebuild the same state.
 
+use std::net::IpAddr;
+
+use arbor_protocol::acl::{Acl, Id};
 use arbor_protocol::{MultiOp, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 use bincode::{Decode, Encode};
 
@@ -37,6 +40,36 @@ pub enum Txn {
     /// are refused with `SessionMoved` (see `crate::cluster::state_machine`);
     /// here it only checks that the session is alive.
     MoveSession { session_id: SessionId },
+    // Variants are only ever added below: the log holds every one ever
+    // written. Before ACLs, `CreateSession` and `MoveSession` were written
+    // without the connection's address; they still apply, as anonymous.
+    /// Opens a session from a connection at `ip`.
+    OpenSession {
+        session_id: SessionId,
+        password: [u8; SESSION_PASSWORD_BYTES],
+        timeout_ms: u32,
+        ip: Option<IpAddr>,
+    },
+    /// `MoveSession`, from a connection at `ip`: the session's address for
+    /// `ip` ACL entries is its newest connection's.
+    ClaimSession {
+        session_id: SessionId,
+        ip: Option<IpAddr>,
+    },
+    /// The session proved `id` (prep checked the credentials; `superuser`
+    /// if they were the server's superuser's).
+    Authenticate {
+        session_id: SessionId,
+        id: Id,
+        superuser: bool,
+    },
+    /// Replaces a node's ACL if its ACL version matches.
+    SetAcl {
+        session_id: SessionId,
+        path: String,
+        acl: Vec<Acl>,
+        version: i32,
+    },
 }
 
 impl Txn {
@@ -47,7 +80,11 @@ impl Txn {
             | Txn::Write { session_id, .. }
             | Txn::Multi { session_id, .. }
             | Txn::MoveSession { session_id }
-            | Txn::CreateSession { session_id, .. } => Some(*session_id),
+            | Txn::CreateSession { session_id, .. }
+            | Txn::OpenSession { session_id, .. }
+            | Txn::ClaimSession { session_id, .. }
+            | Txn::Authenticate { session_id, .. }
+            | Txn::SetAcl { session_id, .. } => Some(*session_id),
             Txn::ReapContainer { .. } | Txn::ReapTtl { .. } => None,
         }
     }
@@ -68,19 +105,32 @@ impl Txn {
     /// plus [`TXN_FIXED_BYTES_MAX`] for everything of fixed size. Never
     /// below the real size; for batching writes under a byte limit.
     pub fn encoded_bytes_bound(&self) -> usize {
+        let acl_bytes = |acl: &[Acl]| -> usize {
+            acl.iter()
+                .map(|entry| entry.id.scheme.len() + entry.id.id.len() + TXN_FIXED_BYTES_MAX)
+                .sum()
+        };
         let op_bytes = |op: &MultiOp| {
             let data = match op {
-                MultiOp::Create { data, .. } | MultiOp::SetData { data, .. } => data.len(),
+                MultiOp::Create { data, .. }
+                | MultiOp::CreateWithAcl { data, .. }
+                | MultiOp::SetData { data, .. } => data.len(),
                 MultiOp::Check { .. } | MultiOp::Delete { .. } => 0,
             };
-            op.path().len() + data + TXN_FIXED_BYTES_MAX
+            op.path().len() + data + op.acl().map_or(0, acl_bytes) + TXN_FIXED_BYTES_MAX
         };
         TXN_FIXED_BYTES_MAX
             + match self {
                 Txn::Write { op, .. } => op_bytes(op),
                 Txn::Multi { ops, .. } => ops.iter().map(op_bytes).sum(),
                 Txn::ReapContainer { path } | Txn::ReapTtl { path } => path.len(),
-                Txn::CreateSession { .. } | Txn::CloseSession { .. } | Txn::MoveSession { .. } => 0,
+                Txn::SetAcl { path, acl, .. } => path.len() + acl_bytes(acl),
+                Txn::Authenticate { id, .. } => id.scheme.len() + id.id.len(),
+                Txn::CreateSession { .. }
+                | Txn::OpenSession { .. }
+                | Txn::ClaimSession { .. }
+                | Txn::CloseSession { .. }
+                | Txn::MoveSession { .. } => 0,
             }
     }
 }

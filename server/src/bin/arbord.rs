@@ -114,6 +114,11 @@ struct Args {
     #[arg(long, default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(0..=arbor_server::storage::snapshotter::SNAP_TREE_PERCENT_MAX))]
     snap_tree_percent: u64,
+    /// The superuser's digest id, `user:base64(sha1("user:password"))` (as
+    /// `arbor digest user:password` prints it): a session that proves those
+    /// credentials passes every ACL check. Unset: no superuser.
+    #[arg(long, value_name = "USER:DIGEST", value_parser = parse_super_digest)]
+    super_digest: Option<String>,
     /// Snapshots kept; log segments older than the oldest are purged.
     #[arg(long, default_value_t = 3)]
     snap_retain: usize,
@@ -190,9 +195,24 @@ impl Args {
             snap_retain: self.snap_retain,
             segment_bytes_max: self.segment_bytes,
             ensemble: self.ensemble()?,
+            super_digest: self.super_digest.clone(),
             ..Config::default()
         })
     }
+}
+
+/// A digest id's shape: a user, a colon, a base64 SHA-1 (28 characters).
+fn parse_super_digest(text: &str) -> Result<String, String> {
+    let (user, hash) = text.split_once(':').ok_or_else(|| {
+        "expected USER:DIGEST, as `arbor digest user:password` prints it".to_owned()
+    })?;
+    let base64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=');
+    if user.is_empty() || hash.len() != 28 || !hash.chars().all(base64) {
+        return Err(format!(
+            "{user}:… is not a digest id: the part after the colon is the base64 SHA-1 of \"user:password\" (28 characters), as `arbor digest user:password` prints it"
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 /// Arbor's own events at info; openraft logs every vote and state dump at

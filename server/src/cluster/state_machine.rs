@@ -365,7 +365,10 @@ impl ClusterStateMachine {
                                 None => state.replica.session_owners.get(&session_id).copied(),
                             };
                             match &write.txn {
-                                Txn::CreateSession { .. } | Txn::MoveSession { .. } => {
+                                Txn::CreateSession { .. }
+                                | Txn::OpenSession { .. }
+                                | Txn::MoveSession { .. }
+                                | Txn::ClaimSession { .. } => {
                                     changes.insert(session_id, proposer.or(owner));
                                 }
                                 // The leader's decision, not a request of the session.

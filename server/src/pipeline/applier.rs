@@ -8,12 +8,39 @@
 //! reply that reflects the change), the session tracker learns of sessions
 //! that began or ended, and the published last zxid moves on.
 
+use arbor_protocol::acl::{Acl, Perms};
 use tracing::{debug, info};
 
 use crate::context::Shared;
 use crate::pipeline::apply::{SessionChange, StateMachine};
 use crate::pipeline::commit::WriteResult;
+use crate::tree::Change;
 use crate::txn::{CloseReason, TxnEntry};
+
+/// What a recursive watcher above a changed node must be allowed to read to
+/// hear of the change.
+enum Guard<'a> {
+    Open,
+    Acl(&'a [Acl]),
+    /// The node is gone and its ACL unknown (created and deleted by one
+    /// multi): only watchers of the node itself hear of it.
+    Gone,
+}
+
+fn guarding_acl<'a>(state: &'a StateMachine, change: &'a Change) -> Guard<'a> {
+    let path = match change {
+        Change::Deleted(_, Some(acl)) => return Guard::Acl(acl),
+        Change::Deleted(_, None) => return Guard::Open,
+        // Most trees hold no ACL but the open one: nothing to look up.
+        _ if state.tree.acls().is_empty() => return Guard::Open,
+        Change::Created(path) | Change::DataChanged(path) | Change::ChildrenChanged(path) => path,
+    };
+    match state.tree.node(path) {
+        Some(node) if node.acl_id() == crate::acl::table::OPEN => Guard::Open,
+        Some(node) => Guard::Acl(state.tree.acl_of(node)),
+        None => Guard::Gone,
+    }
+}
 
 /// Applies `entries` in order and returns one result per entry.
 /// `finish` runs under the same write lock after the last entry, so what it
@@ -32,7 +59,13 @@ pub fn apply_committed<'a>(
     for entry in entries {
         let applied = state.apply(entry);
         for change in &applied.changes {
-            for (session_id, event) in watches.trigger(change, entry.zxid) {
+            let guard = guarding_acl(&state, change);
+            let may_see = |session_id| match guard {
+                Guard::Open => true,
+                Guard::Acl(acl) => state.identity(session_id).may(acl, Perms::READ),
+                Guard::Gone => false,
+            };
+            for (session_id, event) in watches.trigger(change, entry.zxid, may_see) {
                 connections.deliver(session_id, event);
             }
         }

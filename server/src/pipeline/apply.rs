@@ -7,18 +7,24 @@
 //! for the watch manager and the session changes for the tracker.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
 
 use arbor_protocol::{ErrorCode, OpResult, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 
+use crate::acl::identity::{ANYBODY, AUTH_IDS_PER_SESSION_MAX};
+use crate::acl::Identity;
 use crate::cluster::records::AppliedPosition;
-use crate::tree::{Change, DataTree, TreeView};
+use crate::tree::{Change, DataTree, TreeView, Writer};
 use crate::txn::{CloseReason, Txn, TxnEntry};
 
 /// A session as the state machine knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRecord {
     pub timeout_ms: u32,
     pub password: [u8; SESSION_PASSWORD_BYTES],
+    /// Who the session is, for ACL checks.
+    pub identity: Arc<Identity>,
 }
 
 /// The state as of one zxid, detached from the live state machine.
@@ -88,7 +94,10 @@ impl StateMachine {
     pub fn view(&self) -> StateView {
         StateView {
             tree: self.tree.view(),
-            sessions: self.sessions().map(|(id, record)| (id, *record)).collect(),
+            sessions: self
+                .sessions()
+                .map(|(id, record)| (id, record.clone()))
+                .collect(),
             last_zxid: self.last_zxid,
             replica: self.replica.clone(),
         }
@@ -108,6 +117,60 @@ impl StateMachine {
         }
     }
 
+    /// Who `session_id` is; a session that is gone is nobody.
+    pub fn identity(&self, session_id: SessionId) -> &Identity {
+        self.sessions
+            .get(&session_id)
+            .map_or(&ANYBODY, |record| &record.identity)
+    }
+
+    fn open_session(
+        &mut self,
+        session_id: SessionId,
+        password: [u8; SESSION_PASSWORD_BYTES],
+        timeout_ms: u32,
+        ip: Option<IpAddr>,
+    ) -> (Result<OpResult, ErrorCode>, Option<SessionChange>) {
+        if self.sessions.contains_key(&session_id) {
+            return (Err(ErrorCode::SessionMoved), None);
+        }
+        let record = SessionRecord {
+            timeout_ms,
+            password,
+            identity: Arc::new(Identity::from_ip(ip)),
+        };
+        self.sessions.insert(session_id, record);
+        let started = SessionChange::Started {
+            session_id,
+            timeout_ms,
+        };
+        (Ok(OpResult::Pong), Some(started))
+    }
+
+    /// Adds a proved id to a session's identity (once; at most
+    /// [`AUTH_IDS_PER_SESSION_MAX`]).
+    fn authenticate(
+        &mut self,
+        session_id: SessionId,
+        id: &arbor_protocol::acl::Id,
+        superuser: bool,
+    ) -> Result<OpResult, ErrorCode> {
+        let record = self
+            .sessions
+            .get_mut(&session_id)
+            .ok_or(ErrorCode::SessionExpired)?;
+        if !record.identity.ids.contains(id) {
+            if record.identity.ids.len() >= AUTH_IDS_PER_SESSION_MAX {
+                return Err(ErrorCode::LimitExceeded);
+            }
+            Arc::make_mut(&mut record.identity).ids.push(id.clone());
+        }
+        if superuser && !record.identity.superuser {
+            Arc::make_mut(&mut record.identity).superuser = true;
+        }
+        Ok(OpResult::Authenticated)
+    }
+
     /// Applies one entry. Entries must come in strictly increasing zxid order.
     pub fn apply(&mut self, entry: &TxnEntry) -> Applied {
         debug_assert!(entry.zxid > self.last_zxid, "zxids must increase");
@@ -121,20 +184,20 @@ impl StateMachine {
                 password,
                 timeout_ms,
             } => {
-                if self.sessions.contains_key(session_id) {
-                    Err(ErrorCode::SessionMoved)
-                } else {
-                    let record = SessionRecord {
-                        timeout_ms: *timeout_ms,
-                        password: *password,
-                    };
-                    self.sessions.insert(*session_id, record);
-                    session = Some(SessionChange::Started {
-                        session_id: *session_id,
-                        timeout_ms: *timeout_ms,
-                    });
-                    Ok(OpResult::Pong)
-                }
+                let (result, started) =
+                    self.open_session(*session_id, *password, *timeout_ms, None);
+                session = started;
+                result
+            }
+            Txn::OpenSession {
+                session_id,
+                password,
+                timeout_ms,
+                ip,
+            } => {
+                let (result, started) = self.open_session(*session_id, *password, *timeout_ms, *ip);
+                session = started;
+                result
             }
             Txn::CloseSession { session_id, reason } => {
                 if self.sessions.remove(session_id).is_some() {
@@ -149,17 +212,51 @@ impl StateMachine {
                 }
             }
             Txn::Write { session_id, op } => {
-                let alive = self.sessions.contains_key(session_id);
-                self.tree
-                    .write(*session_id, alive, op, zxid, time_ms, &mut changes)
+                let record = self.sessions.get(session_id);
+                let who = Writer {
+                    session_id: *session_id,
+                    alive: record.is_some(),
+                    identity: record.map_or(&ANYBODY, |record| &record.identity),
+                };
+                self.tree.write(who, op, zxid, time_ms, &mut changes)
             }
             Txn::Multi { session_id, ops } => {
-                let alive = self.sessions.contains_key(session_id);
-                let outcomes =
-                    self.tree
-                        .write_multi(*session_id, alive, ops, zxid, time_ms, &mut changes);
+                let record = self.sessions.get(session_id);
+                let who = Writer {
+                    session_id: *session_id,
+                    alive: record.is_some(),
+                    identity: record.map_or(&ANYBODY, |record| &record.identity),
+                };
+                let outcomes = self.tree.write_multi(who, ops, zxid, time_ms, &mut changes);
                 Ok(OpResult::Multi(outcomes))
             }
+            Txn::SetAcl {
+                session_id,
+                path,
+                acl,
+                version,
+            } => {
+                let who = self
+                    .sessions
+                    .get(session_id)
+                    .map_or(&ANYBODY, |record| &record.identity);
+                let stat = self.tree.set_acl(who, path, acl, *version);
+                stat.map(OpResult::SetAcl)
+            }
+            Txn::Authenticate {
+                session_id,
+                id,
+                superuser,
+            } => self.authenticate(*session_id, id, *superuser),
+            Txn::ClaimSession { session_id, ip } => match self.sessions.get_mut(session_id) {
+                None => Err(ErrorCode::SessionExpired),
+                Some(record) => {
+                    if record.identity.ip != *ip {
+                        Arc::make_mut(&mut record.identity).ip = *ip;
+                    }
+                    Ok(OpResult::Pong)
+                }
+            },
             Txn::ReapContainer { path } => self
                 .tree
                 .reap_container(path, zxid, &mut changes)
@@ -268,7 +365,7 @@ mod tests {
         assert!(sm.tree.node("/a/e0000000000").is_none());
         assert!(applied[4]
             .changes
-            .contains(&Change::Deleted("/a/e0000000000".into())));
+            .contains(&Change::Deleted("/a/e0000000000".into(), None)));
         assert_eq!(applied[5].result, Err(ErrorCode::SessionExpired));
         assert_eq!(sm.session_count(), 0);
         assert_eq!(sm.last_zxid(), 6);

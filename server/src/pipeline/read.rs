@@ -3,11 +3,13 @@
 //! A watch set by a read is registered while the read lock is held, so no
 //! write can slip between what the read saw and the watch that covers it.
 
+use arbor_protocol::acl::{Acl, Perms, DIGEST};
 use arbor_protocol::{
     AddWatchMode, ChildEntry, ChildNames, ErrorCode, EventType, Op, OpResult, SessionId,
     SetWatches, WatchEvent, Zxid, CHILDREN_BELOW_MAX,
 };
 
+use crate::acl;
 use crate::context::Shared;
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::prep::check_path;
@@ -33,9 +35,19 @@ pub fn execute(
     let state = shared.state.read();
     let zxid = state.last_zxid();
     let watch = |kind: WatchKind, path: &str| shared.watches.lock().add(session_id, kind, path);
+    let who = || state.identity(session_id);
+    // The session is looked up only for a node whose ACL is not the open one.
+    let readable =
+        |n: &Node| n.acl_id() == acl::table::OPEN || state.tree.allows(n, who(), Perms::READ);
+    // Every read of a node needs READ on it.
     let node = |path: &str| -> Result<&Node, ErrorCode> {
         check_path(path)?;
-        state.tree.node(path).ok_or(ErrorCode::NoNode)
+        let node = state.tree.node(path).ok_or(ErrorCode::NoNode)?;
+        if readable(node) {
+            Ok(node)
+        } else {
+            Err(ErrorCode::NoAuth)
+        }
     };
     let result = match op {
         Op::GetData { path, watch: set } => node(path).and_then(|n| {
@@ -47,11 +59,17 @@ pub fn execute(
                 stat: n.stat(),
             })
         }),
+        // A stat is the node's to give: READ, as for its data (ZooKeeper
+        // checks nothing here). A missing node has no ACL to ask.
         Op::Exists { path, watch: set } => check_path(path).and_then(|()| {
+            let found = state.tree.node(path);
+            if found.is_some_and(|n| !readable(n)) {
+                return Err(ErrorCode::NoAuth);
+            }
             if *set {
                 watch(WatchKind::Data, path)?;
             }
-            Ok(OpResult::Exists(state.tree.node(path).map(|n| n.stat())))
+            Ok(OpResult::Exists(found.map(|n| n.stat())))
         }),
         Op::GetChildren { path, watch: set } => node(path).and_then(|n| {
             if *set {
@@ -125,7 +143,13 @@ pub fn execute(
         // Standalone, every acknowledged write is already applied, and this
         // session's earlier writes were answered before this runs.
         Op::Sync { path } => check_path(path).map(|()| OpResult::Synced { path: path.clone() }),
+        // A persistent watch reports what the node's readers may see:
+        // READ on it if it exists (a recursive one is checked again for each
+        // node below, as events fire).
         Op::AddWatch { path, mode } => check_path(path).and_then(|()| {
+            if state.tree.node(path).is_some_and(|n| !readable(n)) {
+                return Err(ErrorCode::NoAuth);
+            }
             let kind = match mode {
                 AddWatchMode::Persistent => WatchKind::Persistent,
                 AddWatchMode::PersistentRecursive => WatchKind::PersistentRecursive,
@@ -142,14 +166,46 @@ pub fn execute(
         Op::SetWatches(watches) => {
             set_watches(shared, session_id, &state, watches).map(|()| OpResult::WatchesChanged)
         }
+        Op::GetAcl { path } => get_acl(&state, who(), path),
+        Op::WhoAmI => Ok(OpResult::WhoAmI(who().listed())),
         Op::Ping => Ok(OpResult::Pong),
+        // Writes, and auth (prep's), never come here.
         Op::Create { .. }
+        | Op::CreateWithAcl { .. }
         | Op::Delete { .. }
         | Op::SetData { .. }
+        | Op::SetAcl { .. }
+        | Op::Auth { .. }
         | Op::Multi { .. }
         | Op::CloseSession => Err(ErrorCode::Internal),
     };
     (result, zxid)
+}
+
+/// A node's ACL: for READ or ADMIN on it, and without ADMIN every digest
+/// shows only its user (`user:x`): a digest is a password's unsalted hash,
+/// and showing it to readers was ZooKeeper's CVE-2019-0201.
+fn get_acl(state: &StateMachine, who: &acl::Identity, path: &str) -> Result<OpResult, ErrorCode> {
+    check_path(path)?;
+    let node = state.tree.node(path).ok_or(ErrorCode::NoNode)?;
+    let acl = state.tree.acl_of(node);
+    if !who.may_any(acl, Perms::READ | Perms::ADMIN) {
+        return Err(ErrorCode::NoAuth);
+    }
+    let admin = who.may(acl, Perms::ADMIN);
+    let shown = acl
+        .iter()
+        .map(|entry| match entry.id.id.split_once(':') {
+            Some((user, _)) if entry.id.scheme == DIGEST && !admin => {
+                Acl::new(entry.perms, DIGEST, format!("{user}:x"))
+            }
+            _ => entry.clone(),
+        })
+        .collect();
+    Ok(OpResult::Acl {
+        acl: shown,
+        stat: node.stat(),
+    })
 }
 
 /// Re-registers a reconnecting client's watches. A one-shot watch whose node

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! file   = header record* end
-//! header = magic "ARBORSNP" (8 bytes) | format_version u32 BE (= 1)
+//! header = magic "ARBORSNP" (8 bytes) | format_version u32 BE (= 2; 1 is read)
 //!          | last_zxid u64 BE | header_crc u32 BE (crc32c of the 20 bytes before it)
 //! record = length u32 BE (1 ..= RECORD_BYTES_MAX)
 //!          | crc u32 BE (crc32c over the 4 length bytes, then the body)
@@ -17,6 +17,12 @@
 //! replicated log position the state is exact as of, and the membership in
 //! force ([`crate::cluster::records::AppliedPosition`]). A standalone
 //! snapshot has none, so its bytes are what they always were.
+//!
+//! Version 2 adds ACLs: each distinct ACL list the nodes use, as an AclList
+//! record under its id before any node; a node whose ACL is not the open
+//! one (or was ever set) as a NodeWithAcl record naming that id; sessions
+//! as SessionWithIdentity records carrying what they proved. A version 1
+//! file has none of these: every node open, every session anonymous.
 //!
 //! A node record carries its path, data, stat, kind and sequence counter;
 //! children lists and the ephemeral/container/TTL indexes are derived again on
@@ -37,17 +43,23 @@ use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
+use arbor_protocol::acl::Acl;
 use arbor_protocol::{codec, SessionId, Stat, Zxid, SESSION_PASSWORD_BYTES};
 use bincode::{Decode, Encode};
 
+use crate::acl::table::{AclId, OPEN};
+use crate::acl::Identity;
 use crate::cluster::records::AppliedPosition;
 use crate::pipeline::apply::{SessionRecord, StateMachine, StateView};
 use crate::tree::{Node, NodeKind, TreeBuilder};
 
 /// Identifies a snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"ARBORSNP";
-/// The format this code writes and reads.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// The format this code writes; it reads this one and
+/// [`SNAPSHOT_FORMAT_VERSION_READ_MIN`] on.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
+/// The oldest format this code reads (1: before ACLs).
+pub const SNAPSHOT_FORMAT_VERSION_READ_MIN: u32 = 1;
 /// Largest record body; a node is at most its data, path and stat.
 pub const RECORD_BYTES_MAX: usize = codec::DECODE_INPUT_BYTES_MAX;
 
@@ -103,6 +115,24 @@ enum RecordOut<'a> {
         nodes: u64,
     },
     Replica(&'a AppliedPosition),
+    AclList {
+        id: AclId,
+        acl: &'a [Acl],
+    },
+    NodeWithAcl {
+        path: &'a str,
+        data: &'a [u8],
+        stat: &'a Stat,
+        kind: &'a NodeKind,
+        sequence: u64,
+        acl: AclId,
+    },
+    SessionWithIdentity {
+        id: SessionId,
+        timeout_ms: u32,
+        password: &'a [u8; SESSION_PASSWORD_BYTES],
+        identity: &'a Identity,
+    },
 }
 
 /// One record of a snapshot file, as read. Same encoding as [`RecordOut`].
@@ -125,6 +155,24 @@ enum RecordIn {
         nodes: u64,
     },
     Replica(AppliedPosition),
+    AclList {
+        id: AclId,
+        acl: Vec<Acl>,
+    },
+    NodeWithAcl {
+        path: String,
+        data: Vec<u8>,
+        stat: Stat,
+        kind: NodeKind,
+        sequence: u64,
+        acl: AclId,
+    },
+    SessionWithIdentity {
+        id: SessionId,
+        timeout_ms: u32,
+        password: [u8; SESSION_PASSWORD_BYTES],
+        identity: Identity,
+    },
 }
 
 /// A snapshot file in a directory.
@@ -215,24 +263,48 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
         )?;
     }
     for (id, record) in &view.sessions {
-        let session = RecordOut::Session {
-            id: *id,
-            timeout_ms: record.timeout_ms,
-            password: &record.password,
+        let session = if *record.identity == Identity::default() {
+            RecordOut::Session {
+                id: *id,
+                timeout_ms: record.timeout_ms,
+                password: &record.password,
+            }
+        } else {
+            RecordOut::SessionWithIdentity {
+                id: *id,
+                timeout_ms: record.timeout_ms,
+                password: &record.password,
+                identity: &record.identity,
+            }
         };
         write_record(&mut out, &mut body, &session, &temp)?;
+    }
+    for (id, acl) in view.tree.acls().iter() {
+        write_record(&mut out, &mut body, &RecordOut::AclList { id, acl }, &temp)?;
     }
     // In the map's order, not sorted: loading links each node to its parent
     // by lookup once all are in (`TreeBuilder::finish`), and sorting a
     // million paths was half of a snapshot's time, on a core the writes need.
     for entry in view.tree.iter() {
         let node = entry.node;
-        let record = RecordOut::Node {
-            path: &entry.path,
-            data: node.data(),
-            stat: &node.stat(),
-            kind: &node.kind(),
-            sequence: entry.sequence,
+        let stat = node.stat();
+        let record = if node.acl_id() == OPEN && stat.aversion == 0 {
+            RecordOut::Node {
+                path: &entry.path,
+                data: node.data(),
+                stat: &stat,
+                kind: &node.kind(),
+                sequence: entry.sequence,
+            }
+        } else {
+            RecordOut::NodeWithAcl {
+                path: &entry.path,
+                data: node.data(),
+                stat: &stat,
+                kind: &node.kind(),
+                sequence: entry.sequence,
+                acl: node.acl_id(),
+            }
         };
         write_record(&mut out, &mut body, &record, &temp)?;
     }
@@ -292,9 +364,10 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
         return Err(invalid("wrong magic number".into()));
     }
     let version = u32::from_be_bytes(header[8..12].try_into().expect("4 bytes"));
-    if version != SNAPSHOT_FORMAT_VERSION {
+    if !(SNAPSHOT_FORMAT_VERSION_READ_MIN..=SNAPSHOT_FORMAT_VERSION).contains(&version) {
         return Err(invalid(format!(
-            "format version {version}; this arbord reads version {SNAPSHOT_FORMAT_VERSION}"
+            "format version {version}; this arbord reads versions \
+             {SNAPSHOT_FORMAT_VERSION_READ_MIN} to {SNAPSHOT_FORMAT_VERSION}"
         )));
     }
     let last_zxid = u64::from_be_bytes(header[12..20].try_into().expect("8 bytes"));
@@ -329,8 +402,25 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
                 SessionRecord {
                     timeout_ms,
                     password,
+                    identity: Default::default(),
                 },
             )),
+            RecordIn::SessionWithIdentity {
+                id,
+                timeout_ms,
+                password,
+                identity,
+            } => sessions.push((
+                id,
+                SessionRecord {
+                    timeout_ms,
+                    password,
+                    identity: identity.into(),
+                },
+            )),
+            RecordIn::AclList { id, acl } => nodes
+                .acl(id, acl)
+                .map_err(|reason| corrupt(record_offset, reason))?,
             RecordIn::Node {
                 path: node_path,
                 data,
@@ -341,6 +431,23 @@ pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
                 let name = arbor_protocol::path::name(&node_path);
                 let node = Node::restore(name, &data, &stat, kind)
                     .map_err(|reason| corrupt(record_offset, reason))?;
+                nodes
+                    .add(node_path, node, sequence)
+                    .map_err(|reason| corrupt(record_offset, reason))?;
+                added += 1;
+            }
+            RecordIn::NodeWithAcl {
+                path: node_path,
+                data,
+                stat,
+                kind,
+                sequence,
+                acl,
+            } => {
+                let name = arbor_protocol::path::name(&node_path);
+                let mut node = Node::restore(name, &data, &stat, kind)
+                    .map_err(|reason| corrupt(record_offset, reason))?;
+                node.set_acl(acl, stat.aversion);
                 nodes
                     .add(node_path, node, sequence)
                     .map_err(|reason| corrupt(record_offset, reason))?;

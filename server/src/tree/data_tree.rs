@@ -9,11 +9,15 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use arbor_protocol::acl::{Acl, Perms};
 use arbor_protocol::path;
 use arbor_protocol::{
     CreateMode, ErrorCode, MultiOp, MultiOpOutcome, OpResult, SessionId, Stat, Zxid, ANY_VERSION,
 };
 use foldhash::fast::RandomState;
+
+use crate::acl::table::{AclId, AclList, TableBuilder, OPEN};
+use crate::acl::{self, AclTable, Identity};
 
 use super::children::{Children, Sorted};
 use super::node::{Node, NodeId, NodeKind, NO_PARENT};
@@ -29,11 +33,15 @@ pub const CHILDREN_PER_NODE_MAX: u32 = 1 << 20;
 /// copy-on-write with views, as the nodes are.
 type Sequences = Arc<HashMap<NodeId, u64, RandomState>>;
 
+/// The tree's ACL lists, shared copy-on-write with views as the nodes are.
+type Acls = Arc<AclTable>;
+
 /// A frozen copy of the tree's nodes (see [`DataTree::view`]).
 #[derive(Debug, Clone)]
 pub struct TreeView {
     nodes: NodeSlab,
     sequences: Sequences,
+    acls: Acls,
     len: usize,
 }
 
@@ -55,6 +63,11 @@ impl TreeView {
         self.len == 0
     }
 
+    /// The ACL lists the nodes name, by id.
+    pub fn acls(&self) -> &AclTable {
+        &self.acls
+    }
+
     /// Every node, in no particular order; the memory of the next ones is
     /// fetched while this one is used, for passes over the whole tree.
     pub fn iter(&self) -> impl Iterator<Item = ViewEntry<'_>> {
@@ -70,7 +83,10 @@ impl TreeView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Created(String),
-    Deleted(String),
+    /// With the node's ACL if it was not the open one: the node is gone
+    /// when its watchers are told, and who may hear of it is what its ACL
+    /// said.
+    Deleted(String, Option<AclList>),
     DataChanged(String),
     ChildrenChanged(String),
 }
@@ -116,9 +132,19 @@ pub struct DataTree {
     /// The children of every node that has any, by the parent's id.
     children: HashMap<NodeId, Children, RandomState>,
     sequences: Sequences,
+    acls: Acls,
     ephemerals: HashMap<SessionId, BTreeSet<String>>,
     containers: BTreeSet<String>,
     ttls: BTreeSet<String>,
+}
+
+/// Who asks for a write: the session, whether it may still own ephemerals
+/// (it exists and is not closing), and what its ACL checks see.
+#[derive(Debug, Clone, Copy)]
+pub struct Writer<'a> {
+    pub session_id: SessionId,
+    pub alive: bool,
+    pub identity: &'a Identity,
 }
 
 impl Default for DataTree {
@@ -135,14 +161,34 @@ struct Shadow {
     ephemeral: bool,
     num_children: u32,
     sequence: u64,
+    acl: ShadowAcl,
+}
+
+/// A node's ACL in the overlay: one the tree holds, or one a create earlier
+/// in the multi gives its node.
+#[derive(Debug, Clone, Copy)]
+enum ShadowAcl {
+    Stored(AclId),
+    Pending(usize),
 }
 
 /// The tree as the ops checked so far would leave it.
 struct Overlay<'a> {
     tree: &'a DataTree,
     changed: HashMap<String, Option<Shadow>, RandomState>,
+    /// The lists of the creates checked so far that give one.
+    pending: Vec<Vec<Acl>>,
     /// Nodes the ops checked so far add, less those they delete.
     added: isize,
+}
+
+/// What checking an op found that applying it needs.
+#[derive(Debug, Default)]
+struct Checked {
+    /// A create's path, with any sequence suffix.
+    created: Option<String>,
+    /// A create's resolved ACL; `None` for the open one.
+    acl: Option<Vec<Acl>>,
 }
 
 impl<'a> Overlay<'a> {
@@ -154,6 +200,7 @@ impl<'a> Overlay<'a> {
         Self {
             tree,
             changed: HashMap::with_capacity_and_hasher(2 * ops, Default::default()),
+            pending: Vec::new(),
             added: 0,
         }
     }
@@ -169,6 +216,7 @@ impl<'a> Overlay<'a> {
                     ephemeral: node.is_ephemeral(),
                     num_children: node.num_children,
                     sequence: self.tree.sequence(id),
+                    acl: ShadowAcl::Stored(node.acl_id()),
                 })
             }
         }
@@ -176,6 +224,23 @@ impl<'a> Overlay<'a> {
 
     fn set(&mut self, path: &str, shadow: Option<Shadow>) {
         self.changed.insert(path.to_owned(), shadow);
+    }
+
+    fn acl(&self, shadow: &Shadow) -> &[Acl] {
+        match shadow.acl {
+            ShadowAcl::Stored(id) => self.tree.acls.get(id),
+            ShadowAcl::Pending(index) => &self.pending[index],
+        }
+    }
+
+    /// `NoAuth` unless `who` may do `wanted` to the node.
+    fn allow(&self, shadow: &Shadow, who: &Identity, wanted: Perms) -> Result<(), ErrorCode> {
+        // The open list grants everything to everybody: no lookup.
+        if matches!(shadow.acl, ShadowAcl::Stored(OPEN)) || who.may(self.acl(shadow), wanted) {
+            Ok(())
+        } else {
+            Err(ErrorCode::NoAuth)
+        }
     }
 }
 
@@ -197,6 +262,7 @@ impl DataTree {
             nodes,
             children: HashMap::default(),
             sequences: Sequences::default(),
+            acls: Acls::default(),
             ephemerals: HashMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
@@ -221,6 +287,21 @@ impl DataTree {
         self.sequences.get(&id).copied().unwrap_or(0)
     }
 
+    /// The ACL of a node.
+    pub fn acl_of(&self, node: &Node) -> &[Acl] {
+        self.acls.get(node.acl_id())
+    }
+
+    /// The ACL lists the tree's nodes use.
+    pub fn acls(&self) -> &AclTable {
+        &self.acls
+    }
+
+    /// Whether `who` may do `wanted` to `node` (the open ACL: yes, at once).
+    pub fn allows(&self, node: &Node, who: &Identity, wanted: Perms) -> bool {
+        node.acl_id() == OPEN || who.may(self.acl_of(node), wanted)
+    }
+
     /// A frozen copy of every node as of now, for a snapshot. Costs one
     /// pointer copy per chunk of nodes; later writes copy the chunks and
     /// nodes they change (see [`NodeMap`]).
@@ -228,6 +309,7 @@ impl DataTree {
         TreeView {
             nodes: self.nodes.slab().clone(),
             sequences: self.sequences.clone(),
+            acls: self.acls.clone(),
             len: self.nodes.len(),
         }
     }
@@ -278,12 +360,11 @@ impl DataTree {
         self.ephemerals.get(&session_id).into_iter().flatten()
     }
 
-    /// Runs one txn-level write. `owner_alive` says whether `session_id` may
-    /// create ephemerals (it exists and is not closing).
+    /// Runs a multi: every op checked (against the earlier ops' effects),
+    /// then all applied, or none.
     pub fn write_multi(
         &mut self,
-        session_id: SessionId,
-        owner_alive: bool,
+        who: Writer<'_>,
         ops: &[MultiOp],
         zxid: Zxid,
         time_ms: u64,
@@ -292,8 +373,8 @@ impl DataTree {
         let mut resolved = Vec::with_capacity(ops.len());
         let mut overlay = Overlay::new(self, ops.len());
         for (index, op) in ops.iter().enumerate() {
-            match check_op(&mut overlay, op, owner_alive) {
-                Ok(created) => resolved.push(created),
+            match check_op(&mut overlay, op, who) {
+                Ok(checked) => resolved.push(checked),
                 Err(code) => {
                     return (0..ops.len())
                         .map(|i| match i.cmp(&index) {
@@ -307,10 +388,15 @@ impl DataTree {
         }
         ops.iter()
             .zip(resolved)
-            .map(|(op, created)| {
-                MultiOpOutcome::Applied(
-                    self.apply_checked(op, created, session_id, zxid, time_ms, changes),
-                )
+            .map(|(op, checked)| {
+                MultiOpOutcome::Applied(self.apply_checked(
+                    op,
+                    checked,
+                    who.session_id,
+                    zxid,
+                    time_ms,
+                    changes,
+                ))
             })
             .collect()
     }
@@ -318,23 +404,53 @@ impl DataTree {
     /// Runs a single write op: a one-op multi, with the result unwrapped.
     pub fn write(
         &mut self,
-        session_id: SessionId,
-        owner_alive: bool,
+        who: Writer<'_>,
         op: &MultiOp,
         zxid: Zxid,
         time_ms: u64,
         changes: &mut Vec<Change>,
     ) -> Result<OpResult, ErrorCode> {
         let mut overlay = Overlay::new(self, 0);
-        let created = check_op(&mut overlay, op, owner_alive)?;
-        Ok(self.apply_checked(op, created, session_id, zxid, time_ms, changes))
+        let checked = check_op(&mut overlay, op, who)?;
+        Ok(self.apply_checked(op, checked, who.session_id, zxid, time_ms, changes))
+    }
+
+    /// Replaces a node's ACL (ZooKeeper's order of checks: the list, the
+    /// node, ADMIN on it, then its ACL version). The data and `mzxid` stay;
+    /// `aversion` counts the change.
+    pub fn set_acl(
+        &mut self,
+        who: &Identity,
+        path: &str,
+        acl: &[Acl],
+        version: i32,
+    ) -> Result<Stat, ErrorCode> {
+        let resolved = acl::resolve(acl, who)?;
+        let id = self.nodes.id(path).ok_or(ErrorCode::NoNode)?;
+        let node = self.nodes.node(id).ok_or(ErrorCode::NoNode)?;
+        if !self.allows(node, who, Perms::ADMIN) {
+            return Err(ErrorCode::NoAuth);
+        }
+        if !version_matches(version, node.aversion()) {
+            return Err(ErrorCode::BadVersion);
+        }
+        if !self.acls.has_room_for(&resolved) {
+            return Err(ErrorCode::LimitExceeded);
+        }
+        let (old, aversion) = (node.acl_id(), node.aversion().wrapping_add(1));
+        let acls = Arc::make_mut(&mut self.acls);
+        let new = acls.acquire(&resolved);
+        acls.release(old);
+        let node = self.nodes.node_mut(id).ok_or(ErrorCode::Internal)?;
+        node.set_acl(new, aversion);
+        Ok(node.stat())
     }
 
     /// Applies an op that passed [`check_op`]; it cannot fail.
     fn apply_checked(
         &mut self,
         op: &MultiOp,
-        created: Option<String>,
+        checked: Checked,
         session_id: SessionId,
         zxid: Zxid,
         time_ms: u64,
@@ -342,10 +458,16 @@ impl DataTree {
     ) -> OpResult {
         match op {
             MultiOp::Check { .. } => OpResult::Checked,
-            MultiOp::Create { data, mode, .. } => {
-                let path = created.expect("check_op resolves the path of every create");
+            MultiOp::Create { data, mode, .. } | MultiOp::CreateWithAcl { data, mode, .. } => {
+                let path = checked
+                    .created
+                    .expect("check_op resolves the path of every create");
                 let owner = if mode.is_ephemeral() { session_id } else { 0 };
-                let stat = self.insert(&path, data, *mode, owner, zxid, time_ms, changes);
+                let acl = match &checked.acl {
+                    Some(list) => Arc::make_mut(&mut self.acls).acquire(list),
+                    None => OPEN,
+                };
+                let stat = self.insert(&path, data, *mode, owner, acl, zxid, time_ms, changes);
                 OpResult::Created { path, stat }
             }
             MultiOp::Delete { path, .. } => {
@@ -375,6 +497,7 @@ impl DataTree {
         data: &[u8],
         mode: CreateMode,
         owner: SessionId,
+        acl: AclId,
         zxid: Zxid,
         time_ms: u64,
         changes: &mut Vec<Change>,
@@ -398,7 +521,8 @@ impl DataTree {
         }
         let kind = NodeKind::of(mode);
         self.index(path, kind, owner);
-        let node = Node::new(path::name(path), data, kind, owner, zxid, time_ms);
+        let mut node = Node::new(path::name(path), data, kind, owner, zxid, time_ms);
+        node.set_acl(acl, 0);
         let stat = node.stat();
         let id = self.nodes.insert(path, parent_id, node);
         self.children.entry(parent_id).or_default().insert(id);
@@ -418,6 +542,10 @@ impl DataTree {
         );
         if self.sequences.contains_key(&id) {
             Arc::make_mut(&mut self.sequences).remove(&id);
+        }
+        let acl = self.acls.list(node.acl_id());
+        if acl.is_some() {
+            Arc::make_mut(&mut self.acls).release(node.acl_id());
         }
         match node.kind() {
             NodeKind::Ephemeral => {
@@ -450,7 +578,7 @@ impl DataTree {
                     self.children.remove(&parent_id);
                 }
             }
-            changes.push(Change::Deleted(path.to_owned()));
+            changes.push(Change::Deleted(path.to_owned(), acl));
             changes.push(Change::ChildrenChanged(parent_path.to_owned()));
         }
         true
@@ -555,6 +683,7 @@ pub struct TreeBuilder {
     /// Each parent's children so far, by the parent's path.
     children: HashMap<Box<str>, Vec<NodeId>, RandomState>,
     sequences: HashMap<NodeId, u64, RandomState>,
+    acls: TableBuilder,
     /// The child counts the nodes record, summed: the check that no node
     /// outside `children` claims any.
     recorded_children: u64,
@@ -574,8 +703,15 @@ impl TreeBuilder {
             parents: HashMap::default(),
             children: HashMap::default(),
             sequences: HashMap::default(),
+            acls: TableBuilder::default(),
             recorded_children: 0,
         }
+    }
+
+    /// An ACL list the snapshot holds under `id`; before any node naming it.
+    pub fn acl(&mut self, id: AclId, acl: Vec<Acl>) -> Result<(), String> {
+        acl::validate(&acl).map_err(|_| format!("ACL list {id} is not a valid ACL"))?;
+        self.acls.list(id, acl)
     }
 
     /// Adds one node, in any order, with its sequence counter (children
@@ -594,6 +730,7 @@ impl TreeBuilder {
             ""
         };
         let node = node.renamed(name)?;
+        self.acls.user(node.acl_id())?;
         let (kind, owner, num_children) = (node.kind(), node.ephemeral_owner(), node.num_children);
         self.recorded_children += u64::from(num_children);
         let id = self.nodes.add(&path, node);
@@ -627,6 +764,7 @@ impl TreeBuilder {
             parents,
             children,
             sequences,
+            acls,
             recorded_children,
         } = self;
         if !parents.contains_key("/") {
@@ -679,6 +817,7 @@ impl TreeBuilder {
         }
         tree.nodes = nodes.finish()?;
         tree.sequences = Arc::new(sequences);
+        tree.acls = Arc::new(acls.finish());
         Ok(tree)
     }
 }
@@ -687,28 +826,39 @@ fn ttl_elapsed(node: &Node, ttl_ms: u64, now_ms: u64) -> bool {
     now_ms.saturating_sub(node.mtime_ms) >= ttl_ms
 }
 
-/// Checks one op against the overlay and records its effect there. For a
-/// create, returns the path it will create (with any sequence suffix).
+/// Checks one op against the overlay and records its effect there, in
+/// ZooKeeper's order: what the op names, then the permission on the node
+/// ZooKeeper checks (create and delete: the parent's CREATE and DELETE;
+/// set: WRITE; check: READ), then versions and the tree's rules.
 fn check_op(
     overlay: &mut Overlay<'_>,
     op: &MultiOp,
-    owner_alive: bool,
-) -> Result<Option<String>, ErrorCode> {
+    who: Writer<'_>,
+) -> Result<Checked, ErrorCode> {
     match op {
         MultiOp::Check { path, version } => {
             let node = overlay.get(path).ok_or(ErrorCode::NoNode)?;
+            overlay.allow(&node, who.identity, Perms::READ)?;
             if !version_matches(*version, node.version) {
                 return Err(ErrorCode::BadVersion);
             }
-            Ok(None)
+            Ok(Checked::default())
         }
-        MultiOp::Create { path, mode, .. } => {
+        MultiOp::Create { path, mode, .. } | MultiOp::CreateWithAcl { path, mode, .. } => {
+            let acl = match op.acl() {
+                Some(list) => {
+                    let resolved = acl::resolve(list, who.identity)?;
+                    (resolved != AclTable::open()).then_some(resolved)
+                }
+                None => None,
+            };
             let parent_path = parent_for_create(path, *mode)?;
             let mut parent = overlay.get(parent_path).ok_or(ErrorCode::NoNode)?;
+            overlay.allow(&parent, who.identity, Perms::CREATE)?;
             if parent.ephemeral {
                 return Err(ErrorCode::NoChildrenForEphemerals);
             }
-            if mode.is_ephemeral() && !owner_alive {
+            if mode.is_ephemeral() && !who.alive {
                 return Err(ErrorCode::SessionExpired);
             }
             let created = if mode.is_sequential() {
@@ -723,23 +873,39 @@ fn check_op(
             }
             if parent.num_children >= CHILDREN_PER_NODE_MAX
                 || overlay.tree.len() as isize + overlay.added >= NODES_MAX as isize
+                || acl
+                    .as_ref()
+                    .is_some_and(|list| !overlay.tree.acls.has_room_for(list))
             {
                 return Err(ErrorCode::LimitExceeded);
             }
             overlay.added += 1;
             parent.num_children += 1;
             overlay.set(parent_path, Some(parent));
+            let shadow_acl = match &acl {
+                Some(list) => {
+                    overlay.pending.push(list.clone());
+                    ShadowAcl::Pending(overlay.pending.len() - 1)
+                }
+                None => ShadowAcl::Stored(OPEN),
+            };
             let shadow = Shadow {
                 version: 0,
                 ephemeral: mode.is_ephemeral(),
                 num_children: 0,
                 sequence: 0,
+                acl: shadow_acl,
             };
             overlay.set(&created, Some(shadow));
-            Ok(Some(created))
+            Ok(Checked {
+                created: Some(created),
+                acl,
+            })
         }
         MultiOp::Delete { path, version } => {
             let parent_path = path::parent(path).ok_or(ErrorCode::BadArguments)?;
+            let mut parent = overlay.get(parent_path).ok_or(ErrorCode::NoNode)?;
+            overlay.allow(&parent, who.identity, Perms::DELETE)?;
             let node = overlay.get(path).ok_or(ErrorCode::NoNode)?;
             if !version_matches(*version, node.version) {
                 return Err(ErrorCode::BadVersion);
@@ -747,21 +913,21 @@ fn check_op(
             if node.num_children > 0 {
                 return Err(ErrorCode::NotEmpty);
             }
-            let mut parent = overlay.get(parent_path).ok_or(ErrorCode::Internal)?;
             parent.num_children = parent.num_children.saturating_sub(1);
             overlay.set(parent_path, Some(parent));
             overlay.set(path, None);
             overlay.added -= 1;
-            Ok(None)
+            Ok(Checked::default())
         }
         MultiOp::SetData { path, version, .. } => {
             let mut node = overlay.get(path).ok_or(ErrorCode::NoNode)?;
+            overlay.allow(&node, who.identity, Perms::WRITE)?;
             if !version_matches(*version, node.version) {
                 return Err(ErrorCode::BadVersion);
             }
             node.version = node.version.wrapping_add(1);
             overlay.set(path, Some(node));
-            Ok(None)
+            Ok(Checked::default())
         }
     }
 }
@@ -782,6 +948,16 @@ fn parent_for_create(path: &str, mode: CreateMode) -> Result<&str, ErrorCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::acl::identity::ANYBODY;
+
+    /// A writer with no identity but `world`'s.
+    fn anybody(session_id: SessionId, alive: bool) -> Writer<'static> {
+        Writer {
+            session_id,
+            alive,
+            identity: &ANYBODY,
+        }
+    }
 
     const T: u64 = 1_000;
 
@@ -796,7 +972,7 @@ mod tests {
             data: b"x".to_vec(),
             mode,
         };
-        match tree.write(7, true, &op, zxid, T, &mut Vec::new())? {
+        match tree.write(anybody(7, true), &op, zxid, T, &mut Vec::new())? {
             OpResult::Created { path, .. } => Ok(path),
             other => panic!("unexpected {other:?}"),
         }
@@ -856,7 +1032,7 @@ mod tests {
             mode: CreateMode::Ephemeral,
         };
         assert_eq!(
-            tree.write(9, false, &op, 5, T, &mut Vec::new()),
+            tree.write(anybody(9, false), &op, 5, T, &mut Vec::new()),
             Err(ErrorCode::SessionExpired)
         );
     }
@@ -883,24 +1059,24 @@ mod tests {
         };
         let mut ch = Vec::new();
         assert_eq!(
-            tree.write(7, true, &del("/a", -1), 3, T, &mut ch),
+            tree.write(anybody(7, true), &del("/a", -1), 3, T, &mut ch),
             Err(ErrorCode::NotEmpty)
         );
         assert_eq!(
-            tree.write(7, true, &del("/a/b", 4), 3, T, &mut ch),
+            tree.write(anybody(7, true), &del("/a/b", 4), 3, T, &mut ch),
             Err(ErrorCode::BadVersion)
         );
         assert_eq!(
-            tree.write(7, true, &del("/nope", -1), 3, T, &mut ch),
+            tree.write(anybody(7, true), &del("/nope", -1), 3, T, &mut ch),
             Err(ErrorCode::NoNode)
         );
         assert!(ch.is_empty(), "failed writes change nothing");
-        tree.write(7, true, &del("/a/b", 0), 3, T, &mut ch)
+        tree.write(anybody(7, true), &del("/a/b", 0), 3, T, &mut ch)
             .expect("deleted");
         assert_eq!(
             ch,
             vec![
-                Change::Deleted("/a/b".into()),
+                Change::Deleted("/a/b".into(), None),
                 Change::ChildrenChanged("/a".into())
             ]
         );
@@ -933,7 +1109,7 @@ mod tests {
             },
         ];
         let mut changes = Vec::new();
-        let outcomes = tree.write_multi(7, true, &ops, 2, T, &mut changes);
+        let outcomes = tree.write_multi(anybody(7, true), &ops, 2, T, &mut changes);
         assert_eq!(
             outcomes,
             vec![
@@ -976,7 +1152,7 @@ mod tests {
                 version: 1,
             },
         ];
-        let outcomes = tree.write_multi(7, true, &ops, 2, T, &mut Vec::new());
+        let outcomes = tree.write_multi(anybody(7, true), &ops, 2, T, &mut Vec::new());
         assert!(
             outcomes
                 .iter()
@@ -996,7 +1172,7 @@ mod tests {
         let mut changes = Vec::new();
         tree.remove_ephemerals(7, 3, &mut changes);
         assert_eq!(tree.len(), 1);
-        assert!(changes.contains(&Change::Deleted("/e1".into())));
+        assert!(changes.contains(&Change::Deleted("/e1".into(), None)));
     }
 
     #[test]
@@ -1019,7 +1195,7 @@ mod tests {
             path: "/c/x".into(),
             version: -1,
         };
-        tree.write(7, true, &del, 4, T, &mut Vec::new())
+        tree.write(anybody(7, true), &del, 4, T, &mut Vec::new())
             .expect("deleted");
         let due = tree.reap_candidates(T + 500, 10);
         assert_eq!(
@@ -1052,7 +1228,7 @@ mod tests {
             data: b"later".to_vec(),
             version: -1,
         };
-        tree.write(7, true, &set, 4, T, &mut Vec::new())
+        tree.write(anybody(7, true), &set, 4, T, &mut Vec::new())
             .expect("set");
         let frozen: HashMap<String, &Node> = view.iter().map(|e| (e.path, e.node)).collect();
         assert_eq!(
@@ -1153,7 +1329,7 @@ mod tests {
             "/q",
         ] {
             rebuilt
-                .write(7, true, &del(path), 5, T, &mut Vec::new())
+                .write(anybody(7, true), &del(path), 5, T, &mut Vec::new())
                 .expect("deleted");
         }
         create(&mut rebuilt, "/q", CreateMode::Persistent, 6).expect("created");
@@ -1188,7 +1364,7 @@ mod tests {
                     version: -1,
                 };
                 let has_children = model.keys().any(|p| p.starts_with(&format!("{path}/")));
-                let result = tree.write(7, true, &del, step, T, &mut Vec::new());
+                let result = tree.write(anybody(7, true), &del, step, T, &mut Vec::new());
                 assert_eq!(
                     result.is_ok(),
                     model.contains_key(&path) && !has_children,
@@ -1228,5 +1404,175 @@ mod tests {
         assert_eq!(rebuilt.len(), tree.len());
         assert!(model.keys().all(|path| rebuilt.node(path).is_some()));
         assert!(view.len() <= 4000);
+    }
+
+    #[test]
+    fn acls_guard_each_op_and_lists_are_shared_and_freed() {
+        use arbor_protocol::acl::{Id, DIGEST};
+        let alice_id = Identity {
+            ids: vec![Id::new(DIGEST, "alice:h")],
+            ..Identity::default()
+        };
+        let alice = Writer {
+            session_id: 8,
+            alive: true,
+            identity: &alice_id,
+        };
+        let hers = vec![
+            Acl::new(Perms::ALL, DIGEST, "alice:h"),
+            Acl::new(Perms::READ, "world", "anyone"),
+        ];
+        let create_hers = |path: &str| MultiOp::CreateWithAcl {
+            path: path.into(),
+            data: vec![],
+            mode: CreateMode::Persistent,
+            acl: hers.clone(),
+        };
+        let mut tree = DataTree::new();
+        let mut ch = Vec::new();
+        tree.write(alice, &create_hers("/a"), 2, T, &mut ch)
+            .expect("creates");
+        let node = tree.node("/a").expect("exists");
+        assert_eq!(tree.acl_of(node), &hers[..]);
+        // Anybody may read /a, nobody else may create under it, set it or
+        // delete under it; alice may.
+        let child = MultiOp::Create {
+            path: "/a/b".into(),
+            data: vec![],
+            mode: CreateMode::Persistent,
+        };
+        let set = MultiOp::SetData {
+            path: "/a".into(),
+            data: b"v".to_vec(),
+            version: -1,
+        };
+        let check = MultiOp::Check {
+            path: "/a".into(),
+            version: -1,
+        };
+        assert_eq!(
+            tree.write(anybody(7, true), &child, 3, T, &mut ch),
+            Err(ErrorCode::NoAuth)
+        );
+        assert_eq!(
+            tree.write(anybody(7, true), &set, 3, T, &mut ch),
+            Err(ErrorCode::NoAuth)
+        );
+        assert_eq!(
+            tree.write(anybody(7, true), &check, 3, T, &mut ch),
+            Ok(OpResult::Checked)
+        );
+        tree.write(alice, &child, 3, T, &mut ch)
+            .expect("alice creates");
+        let del = MultiOp::Delete {
+            path: "/a/b".into(),
+            version: -1,
+        };
+        assert_eq!(
+            tree.write(anybody(7, true), &del, 4, T, &mut ch),
+            Err(ErrorCode::NoAuth)
+        );
+        // Deleting a missing child still needs DELETE on the parent.
+        let del_missing = MultiOp::Delete {
+            path: "/a/none".into(),
+            version: -1,
+        };
+        assert_eq!(
+            tree.write(anybody(7, true), &del_missing, 4, T, &mut ch),
+            Err(ErrorCode::NoAuth)
+        );
+        assert_eq!(
+            tree.write(alice, &del_missing, 4, T, &mut ch),
+            Err(ErrorCode::NoNode)
+        );
+
+        // In a multi, a node created by an earlier op is guarded by its new ACL.
+        let outcomes = tree.write_multi(
+            anybody(7, true),
+            &[
+                MultiOp::CreateWithAcl {
+                    path: "/m".into(),
+                    data: vec![],
+                    mode: CreateMode::Persistent,
+                    acl: vec![Acl::new(Perms::READ, "world", "anyone")],
+                },
+                MultiOp::Create {
+                    path: "/m/c".into(),
+                    data: vec![],
+                    mode: CreateMode::Persistent,
+                },
+            ],
+            5,
+            T,
+            &mut ch,
+        );
+        assert_eq!(outcomes[1], MultiOpOutcome::Failed(ErrorCode::NoAuth));
+        assert!(tree.node("/m").is_none());
+
+        // `auth` needs a proved id; the same list is stored once.
+        let auth_acl = MultiOp::CreateWithAcl {
+            path: "/x".into(),
+            data: vec![],
+            mode: CreateMode::Persistent,
+            acl: vec![Acl::new(Perms::ALL, "auth", "")],
+        };
+        assert_eq!(
+            tree.write(anybody(7, true), &auth_acl, 6, T, &mut ch),
+            Err(ErrorCode::InvalidAcl)
+        );
+        tree.write(alice, &create_hers("/c"), 6, T, &mut ch)
+            .expect("creates");
+        assert_eq!(tree.acls().len(), 1);
+        assert_eq!(
+            tree.node("/a").map(Node::acl_id),
+            tree.node("/c").map(Node::acl_id)
+        );
+
+        // Set-ACL: ADMIN, then the ACL version.
+        let open = Acl::open();
+        assert_eq!(
+            tree.set_acl(&ANYBODY, "/a", &open, -1),
+            Err(ErrorCode::NoAuth)
+        );
+        assert_eq!(
+            tree.set_acl(&alice_id, "/a", &open, 3),
+            Err(ErrorCode::BadVersion)
+        );
+        assert_eq!(
+            tree.set_acl(&alice_id, "/nope", &open, -1),
+            Err(ErrorCode::NoNode)
+        );
+        let stat = tree.set_acl(&alice_id, "/a", &open, 0).expect("sets");
+        assert_eq!(stat.aversion, 1);
+        assert_eq!(
+            tree.write(anybody(7, true), &set, 7, T, &mut ch)
+                .map(|_| ()),
+            Ok(())
+        );
+        // /a/b and /c still hold the list; deleting them frees it.
+        tree.write(alice, &del, 8, T, &mut ch).expect("deletes");
+        let del_c = MultiOp::Delete {
+            path: "/c".into(),
+            version: -1,
+        };
+        assert_eq!(tree.acls().len(), 1);
+        tree.write(alice, &del_c, 9, T, &mut ch).expect("deletes");
+        assert!(tree.acls().is_empty());
+
+        // A view and a rebuild keep ACLs and ACL versions.
+        tree.write(alice, &create_hers("/d"), 10, T, &mut ch)
+            .expect("creates");
+        let view = tree.view();
+        let mut builder = TreeBuilder::new();
+        for (id, acl) in view.acls().iter() {
+            builder.acl(id, acl.to_vec()).expect("valid");
+        }
+        for (path, node, sequence) in entries(&view) {
+            builder.add(path, node, sequence).expect("adds");
+        }
+        let rebuilt = builder.finish().expect("rebuilds");
+        let d = rebuilt.node("/d").expect("exists");
+        assert_eq!(rebuilt.acl_of(d), &hers[..]);
+        assert_eq!(rebuilt.node("/a").map(Node::aversion), Some(1));
     }
 }

@@ -3,6 +3,8 @@
 use arbor_protocol::{CreateMode, SessionId, Stat, Zxid};
 use bincode::{Decode, Encode};
 
+use crate::acl::table::{AclId, OPEN};
+
 /// What kind of node this is; decides when the server deletes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum NodeKind {
@@ -50,17 +52,21 @@ pub const NO_PARENT: NodeId = NodeId::MAX;
 /// A znode: its name, its data and the stored part of its stat. A million
 /// nodes are a million of these, so only what cannot be derived is kept,
 /// packed to fit a 96-byte allocation with its reference count (a test holds
-/// it there): the data length is the data's, the ACL version is always 0,
-/// the ephemeral owner and the TTL share a word (a node has at most one),
-/// and the sequence counter of the few nodes with sequential children sits
-/// beside the tree. A node holds its name, not its path, and its parent's
+/// it there): the data length is the data's, the ephemeral owner and the
+/// TTL share a word (a node has at most one), and the sequence counter of
+/// the few nodes with sequential children sits beside the tree. The ACL is
+/// an id in the tree's table of lists; it and the ACL version sit in front
+/// of the name, in the same allocation, only for a node whose ACL is not
+/// the open one or was ever set: most nodes have the open ACL and pay
+/// nothing for it. A node holds its name, not its path, and its parent's
 /// id: a path is mostly its parent's path again, and holding it whole was
 /// the biggest part of a znode's memory. Children are not here but beside
 /// the node map (`DataTree`): nodes are shared copy-on-write with
 /// snapshots, and a parent copied for a write must not copy a million ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
-    /// The name, then the data: one allocation for both.
+    /// The ACL header if `acl_header` (id and ACL version, 4 bytes each,
+    /// little-endian), the name, then the data: one allocation for all.
     bytes: Box<[u8]>,
     pub czxid: Zxid,
     pub mzxid: Zxid,
@@ -79,14 +85,24 @@ pub struct Node {
     path_hash: u32,
     name_len: u16,
     tag: KindTag,
+    acl_header: bool,
 }
+
+/// Bytes of the ACL header: the list's id and the ACL version.
+const ACL_HEADER_BYTES: usize = 8;
 
 /// Longest name a node can hold: a name is at most a whole path.
 const NAME_BYTES_MAX: usize = u16::MAX as usize;
 const _: () = assert!(arbor_protocol::path::PATH_BYTES_MAX <= NAME_BYTES_MAX);
 
-fn name_and_data(name: &str, data: &[u8]) -> Box<[u8]> {
-    let mut bytes = Vec::with_capacity(name.len() + data.len());
+/// A node's bytes: the ACL header if there is one, the name, the data.
+fn node_bytes(acl: Option<(AclId, i32)>, name: &str, data: &[u8]) -> Box<[u8]> {
+    let header = if acl.is_some() { ACL_HEADER_BYTES } else { 0 };
+    let mut bytes = Vec::with_capacity(header + name.len() + data.len());
+    if let Some((id, aversion)) = acl {
+        bytes.extend_from_slice(&id.to_le_bytes());
+        bytes.extend_from_slice(&aversion.to_le_bytes());
+    }
     bytes.extend_from_slice(name.as_bytes());
     bytes.extend_from_slice(data);
     bytes.into_boxed_slice()
@@ -115,7 +131,7 @@ impl Node {
             NodeKind::Ttl { ttl_ms } => (KindTag::Ttl, ttl_ms),
         };
         Self {
-            bytes: name_and_data(name, data),
+            bytes: node_bytes(None, name, data),
             czxid: zxid,
             mzxid: zxid,
             pzxid: zxid,
@@ -129,11 +145,13 @@ impl Node {
             path_hash: 0,
             name_len: name.len() as u16,
             tag,
+            acl_header: false,
         }
     }
 
-    /// A node from a snapshot record: `stat` as [`Node::stat`] gave it.
-    /// Fails on a name no path could have.
+    /// A node from a snapshot record: `stat` as [`Node::stat`] gave it (its
+    /// ACL is set apart, with [`Node::set_acl`]). Fails on a name no path
+    /// could have.
     pub fn restore(name: &str, data: &[u8], stat: &Stat, kind: NodeKind) -> Result<Self, String> {
         if name.len() > NAME_BYTES_MAX {
             return Err(format!("a node name of {} bytes", name.len()));
@@ -155,21 +173,69 @@ impl Node {
         Ok(node)
     }
 
+    /// The node's ACL: an id in the tree's table ([`OPEN`] for the open
+    /// list).
+    pub fn acl_id(&self) -> AclId {
+        self.acl_header().0
+    }
+
+    /// How many times the node's ACL was set.
+    pub fn aversion(&self) -> i32 {
+        self.acl_header().1
+    }
+
+    fn acl_header(&self) -> (AclId, i32) {
+        if !self.acl_header {
+            return (OPEN, 0);
+        }
+        let word = |at: usize| {
+            let mut four = [0u8; 4];
+            four.copy_from_slice(&self.bytes[at..at + 4]);
+            four
+        };
+        (AclId::from_le_bytes(word(0)), i32::from_le_bytes(word(4)))
+    }
+
+    /// Gives the node ACL `id` at ACL version `aversion`; the header goes
+    /// away again for the open ACL at version 0.
+    pub fn set_acl(&mut self, id: AclId, aversion: i32) {
+        let header = (id != OPEN || aversion != 0).then_some((id, aversion));
+        if header.is_none() && !self.acl_header {
+            return;
+        }
+        self.bytes = node_bytes(header, self.name(), self.data());
+        self.acl_header = header.is_some();
+    }
+
+    /// Where the name starts in `bytes`.
+    fn name_start(&self) -> usize {
+        if self.acl_header {
+            ACL_HEADER_BYTES
+        } else {
+            0
+        }
+    }
+
     /// The last component of the node's path ("" for the root).
     pub fn name(&self) -> &str {
-        let name = &self.bytes[..usize::from(self.name_len)];
+        let start = self.name_start();
+        let name = &self.bytes[start..start + usize::from(self.name_len)];
         // SAFETY: these bytes were copied from a `&str` in `new` and are
-        // never changed; `set_data` and `renamed` keep the prefix whole.
+        // never changed; `set_data`, `set_acl` and `renamed` copy them whole.
         unsafe { std::str::from_utf8_unchecked(name) }
     }
 
     pub fn data(&self) -> &[u8] {
-        &self.bytes[usize::from(self.name_len)..]
+        &self.bytes[self.name_start() + usize::from(self.name_len)..]
     }
 
-    /// Replaces the data, keeping the name.
+    fn header(&self) -> Option<(AclId, i32)> {
+        self.acl_header.then(|| self.acl_header())
+    }
+
+    /// Replaces the data, keeping the name and the ACL.
     pub fn set_data(&mut self, data: &[u8]) {
-        self.bytes = name_and_data(self.name(), data);
+        self.bytes = node_bytes(self.header(), self.name(), data);
     }
 
     /// This node under another name (the same one: no copy).
@@ -178,7 +244,7 @@ impl Node {
             if name.len() > NAME_BYTES_MAX {
                 return Err(format!("a node name of {} bytes", name.len()));
             }
-            self.bytes = name_and_data(name, self.data());
+            self.bytes = node_bytes(self.header(), name, self.data());
             self.name_len = name.len() as u16;
         }
         Ok(self)
@@ -234,7 +300,7 @@ impl Node {
             mtime_ms: self.mtime_ms,
             version: self.version,
             cversion: self.cversion,
-            aversion: 0,
+            aversion: self.aversion(),
             ephemeral_owner: self.ephemeral_owner(),
             data_length: self.data().len() as u32,
             num_children: self.num_children,
@@ -285,11 +351,25 @@ mod tests {
             let restored = Node::restore("n-1", b"abc", &stat, kind).expect("restores");
             assert_eq!(restored, node);
             let mut renamed = restored.renamed("other").expect("renames");
+            renamed.set_acl(7, 3);
+            assert_eq!((renamed.acl_id(), renamed.aversion()), (7, 3));
             renamed.set_data(b"longer data");
             assert_eq!(
                 (renamed.name(), renamed.data(), renamed.stat().data_length),
                 ("other", &b"longer data"[..], 11)
             );
+            assert_eq!((renamed.acl_id(), renamed.stat().aversion), (7, 3));
+            renamed.set_acl(OPEN, 0);
+            assert_eq!(
+                (
+                    renamed.name(),
+                    renamed.data(),
+                    renamed.acl_id(),
+                    renamed.aversion()
+                ),
+                ("other", &b"longer data"[..], OPEN, 0)
+            );
+            assert_eq!(renamed.bytes.len(), "other".len() + 11, "no header left");
         }
     }
 }

@@ -197,7 +197,7 @@ fn fired_by(change: &Change) -> (EventType, &str, Kinds, bool) {
     match change {
         Change::Created(p) => (EventType::NodeCreated, p, data, true),
         Change::DataChanged(p) => (EventType::NodeDataChanged, p, data, true),
-        Change::Deleted(p) => (EventType::NodeDeleted, p, data | child, true),
+        Change::Deleted(p, _) => (EventType::NodeDeleted, p, data | child, true),
         Change::ChildrenChanged(p) => (EventType::NodeChildrenChanged, p, child, false),
     }
 }
@@ -366,7 +366,15 @@ impl WatchManager {
     }
 
     /// Fires the watches a change matches; returns one event per session.
-    pub fn trigger(&mut self, change: &Change, zxid: Zxid) -> Vec<(SessionId, WatchEvent)> {
+    /// A recursive watch on an ancestor of the changed node fires only for
+    /// sessions `may_see_below` lets through: the watch was allowed on the
+    /// ancestor, not on whatever was below it (ZooKeeper's CVE-2024-23944).
+    pub fn trigger(
+        &mut self,
+        change: &Change,
+        zxid: Zxid,
+        mut may_see_below: impl FnMut(SessionId) -> bool,
+    ) -> Vec<(SessionId, WatchEvent)> {
         let (event_type, path, one_shot, recursive) = fired_by(change);
         let recursive_bit = if recursive {
             WatchKind::PersistentRecursive.bit()
@@ -406,7 +414,8 @@ impl WatchManager {
                             .as_slice()
                             .iter()
                             .filter(|w| w.has_any(recursive_bit))
-                            .map(|w| w.session_id),
+                            .map(|w| w.session_id)
+                            .filter(|&session_id| may_see_below(session_id)),
                     );
                 }
                 at = path::parent(p);
@@ -434,7 +443,7 @@ mod tests {
 
     fn fired(manager: &mut WatchManager, change: Change) -> Vec<SessionId> {
         manager
-            .trigger(&change, 1)
+            .trigger(&change, 1, |_| true)
             .into_iter()
             .map(|(s, _)| s)
             .collect()
@@ -455,7 +464,7 @@ mod tests {
         m.add(1, WatchKind::Data, "/a").expect("added");
         m.add(1, WatchKind::Child, "/a").expect("added");
         m.add(2, WatchKind::Child, "/a").expect("added");
-        let events = m.trigger(&Change::Deleted("/a".into()), 9);
+        let events = m.trigger(&Change::Deleted("/a".into(), None), 9, |_| true);
         assert_eq!(events.len(), 2);
         assert!(events
             .iter()
@@ -484,7 +493,10 @@ mod tests {
             m.add(session, WatchKind::Data, &format!("/lock/n{session}"))
                 .expect("added");
         }
-        assert_eq!(fired(&mut m, Change::Deleted("/lock/n41".into())), vec![41]);
+        assert_eq!(
+            fired(&mut m, Change::Deleted("/lock/n41".into(), None)),
+            vec![41]
+        );
     }
 
     #[test]
@@ -525,6 +537,42 @@ mod tests {
         assert!(m.paths.is_empty() && m.by_session.is_empty());
     }
 
+    // A recursive watch on an ancestor reveals a change below only to the
+    // sessions the check lets through; watches on the node itself fire.
+    #[test]
+    fn recursive_watches_on_ancestors_fire_only_for_sessions_that_may_see() {
+        let mut m = WatchManager::new(100);
+        m.add(1, WatchKind::PersistentRecursive, "/")
+            .expect("added");
+        m.add(2, WatchKind::PersistentRecursive, "/")
+            .expect("added");
+        m.add(2, WatchKind::Persistent, "/secret/child")
+            .expect("added");
+        m.add(3, WatchKind::PersistentRecursive, "/secret/child")
+            .expect("added");
+        let mut asked = Vec::new();
+        let mut events: Vec<SessionId> = m
+            .trigger(&Change::DataChanged("/secret/child".into()), 4, |session| {
+                asked.push(session);
+                session == 1
+            })
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        events.sort_unstable();
+        assert_eq!(events, vec![1, 2, 3]);
+        asked.sort_unstable();
+        assert_eq!(asked, vec![1, 2], "only ancestors' watchers are asked");
+        let below: Vec<SessionId> = m
+            .trigger(&Change::Created("/secret/child/x".into()), 5, |session| {
+                session == 1
+            })
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(below, vec![1]);
+    }
+
     // Proves recursive watches are counted out however they go, so changes
     // stop walking their ancestors once none is left.
     #[test]
@@ -537,7 +585,10 @@ mod tests {
         m.add(2, WatchKind::PersistentRecursive, "/b")
             .expect("added");
         assert_eq!(m.recursive, 2);
-        assert_eq!(fired(&mut m, Change::Deleted("/a/x/y".into())), vec![1]);
+        assert_eq!(
+            fired(&mut m, Change::Deleted("/a/x/y".into(), None)),
+            vec![1]
+        );
         m.remove_session(1);
         assert!(m.remove(2, "/b", WatcherKind::PersistentRecursive));
         assert_eq!(m.recursive, 0);
@@ -556,7 +607,10 @@ mod tests {
         }
         assert_eq!(m.paths.len(), 1);
         m.remove_session(3);
-        assert_eq!(fired(&mut m, Change::Deleted("/shared".into())).len(), 9);
+        assert_eq!(
+            fired(&mut m, Change::Deleted("/shared".into(), None)).len(),
+            9
+        );
         assert!(m.paths.is_empty());
     }
 }

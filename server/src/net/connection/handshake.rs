@@ -47,7 +47,7 @@ pub(super) async fn handshake<S: AsyncRead>(
     }
     let refused = |Refusal { code, message }| Some(closing(code, message));
     let grant = match request.session {
-        None => sessions::open(shared, request.session_timeout_ms).await,
+        None => sessions::open(shared, request.session_timeout_ms, peer.ip()).await,
         Some(credentials) => sessions::check(shared, credentials.id, credentials.password),
     }
     .map_err(refused)?;
@@ -81,7 +81,7 @@ pub(super) async fn handshake<S: AsyncRead>(
         }
     }
     if request.session.is_some() {
-        if let Err(refusal) = sessions::claim(shared, session_id).await {
+        if let Err(refusal) = sessions::claim(shared, session_id, peer.ip()).await {
             shared.connections.lock().detach(session_id, connection_id);
             return Err(refused(refusal));
         }

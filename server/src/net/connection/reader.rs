@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use arbor_protocol::codec;
-use arbor_protocol::{ClientMessage, ErrorCode, ServerMessage, SessionId};
+use arbor_protocol::{ClientMessage, ErrorCode, Op, ServerMessage, SessionId};
 use futures_util::StreamExt;
 use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
@@ -17,6 +17,7 @@ use tracing::warn;
 
 use super::responder::Responder;
 use super::{closing, frame_error_message, release_large_read_buffer, reply, Frames, Pending};
+use crate::acl::auth::AUTH_ATTEMPTS_PER_CONNECTION_MAX;
 use crate::context::Shared;
 use crate::net::Outbound;
 use crate::pipeline::commit::Proposal;
@@ -97,6 +98,7 @@ pub(super) async fn read_loop<S: AsyncRead>(
     session_id: SessionId,
     closer: &CancellationToken,
 ) {
+    let mut auth_attempts = 0u32;
     loop {
         let next = tokio::select! {
             biased;
@@ -141,6 +143,18 @@ pub(super) async fn read_loop<S: AsyncRead>(
                 return;
             }
         };
+        if matches!(op, Op::Auth { .. }) {
+            auth_attempts += 1;
+            if auth_attempts > AUTH_ATTEMPTS_PER_CONNECTION_MAX {
+                warn!(session_id, "too many auth requests; closing connection");
+                let message = closing(
+                    ErrorCode::LimitExceeded,
+                    format!("more than {AUTH_ATTEMPTS_PER_CONNECTION_MAX} auth requests on one connection"),
+                );
+                queues.queue(Pending::Close(message), closer).await;
+                return;
+            }
+        }
         // Nothing owed ahead: the answer may skip the responder.
         let owes_nothing = queues.owes_nothing();
         let prepped = prep::request(shared, session_id, xid, op);

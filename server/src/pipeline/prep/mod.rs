@@ -16,7 +16,7 @@ pub mod validate;
 
 use arbor_protocol::{ErrorCode, Op, OpResult, SessionId};
 use tokio::sync::oneshot;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::context::Shared;
 use crate::pipeline::commit::{Proposal, WriteResult};
@@ -108,6 +108,10 @@ pub fn request(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> Prep
                 Err(code) => Prepped::answer(Err(code)),
             }
         }
+        Op::Auth {
+            scheme,
+            credentials,
+        } => authenticate(shared, session_id, &scheme, &credentials),
         Op::Sync { .. } if shared.ensemble().is_some() => Prepped {
             then: synced(shared, session_id, op),
             last: false,
@@ -120,6 +124,42 @@ pub fn request(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> Prep
             then: Then::Read(op),
             last: false,
         },
+    }
+}
+
+/// An auth request: credentials that prove an id go to the log (apply adds
+/// the id to the session); refused ones end the connection, as ZooKeeper
+/// does.
+fn authenticate(
+    shared: &Shared,
+    session_id: SessionId,
+    scheme: &str,
+    credentials: &[u8],
+) -> Prepped {
+    let super_digest = shared.config.super_digest.as_deref();
+    match crate::acl::auth::prove(scheme, credentials, super_digest) {
+        Ok(proved) => {
+            info!(session_id, scheme, id = %proved.id, superuser = proved.superuser, "session authenticated");
+            let txn = Txn::Authenticate {
+                session_id,
+                id: proved.id,
+                superuser: proved.superuser,
+            };
+            Prepped {
+                then: Then::Propose(proposal(shared, txn)),
+                last: false,
+            }
+        }
+        Err(code) => {
+            info!(
+                session_id,
+                scheme, "authentication failed; closing the connection"
+            );
+            Prepped {
+                then: Then::Answer(Err(code)),
+                last: true,
+            }
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! against the session table (password, liveness), then claimed through
 //! the log, which orders it after every request the session made before.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use arbor_protocol::{ErrorCode, SessionId, SESSION_PASSWORD_BYTES};
@@ -40,9 +41,9 @@ impl Refusal {
     }
 }
 
-/// Opens a session with a timeout negotiated from `requested_ms`; answers
-/// once its creation is applied here.
-pub async fn open(shared: &Shared, requested_ms: u32) -> Result<Grant, Refusal> {
+/// Opens a session for a client at `ip` with a timeout negotiated from
+/// `requested_ms`; answers once its creation is applied here.
+pub async fn open(shared: &Shared, requested_ms: u32, ip: IpAddr) -> Result<Grant, Refusal> {
     let timeout_ms = negotiate_timeout_ms(requested_ms, shared.config.tick_ms);
     let session_id = loop {
         let id: u64 = rand::random();
@@ -51,10 +52,11 @@ pub async fn open(shared: &Shared, requested_ms: u32) -> Result<Grant, Refusal> 
         }
     };
     let password: [u8; SESSION_PASSWORD_BYTES] = rand::random();
-    let txn = Txn::CreateSession {
+    let txn = Txn::OpenSession {
         session_id,
         password,
         timeout_ms,
+        ip: Some(ip),
     };
     // Found already there on a second try: an earlier try went through.
     propose_through_leader_changes(shared, txn, |attempt, code| {
@@ -107,9 +109,14 @@ pub fn check(
 /// another member) is ordered before the claim and applied by the time it
 /// is answered, so the client's next request sees them, as a session's
 /// requests must. In an ensemble any write the session might still make
-/// through another member is refused after it with `SessionMoved`.
-pub async fn claim(shared: &Shared, session_id: SessionId) -> Result<(), Refusal> {
-    propose_through_leader_changes(shared, Txn::MoveSession { session_id }, |_, _| false)
+/// through another member is refused after it with `SessionMoved`. The
+/// session's address becomes `ip`, the new connection's.
+pub async fn claim(shared: &Shared, session_id: SessionId, ip: IpAddr) -> Result<(), Refusal> {
+    let txn = Txn::ClaimSession {
+        session_id,
+        ip: Some(ip),
+    };
+    propose_through_leader_changes(shared, txn, |_, _| false)
         .await
         .map_err(|code| {
             Refusal::new(

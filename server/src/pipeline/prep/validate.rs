@@ -20,6 +20,31 @@ pub struct Requester {
 pub fn prep_write(op: Op, who: Requester, config: &Config) -> Result<Txn, ErrorCode> {
     match op {
         Op::Create { path, data, mode } => write(who, MultiOp::Create { path, data, mode }, config),
+        Op::CreateWithAcl {
+            path,
+            data,
+            mode,
+            acl,
+        } => write(
+            who,
+            MultiOp::CreateWithAcl {
+                path,
+                data,
+                mode,
+                acl,
+            },
+            config,
+        ),
+        Op::SetAcl { path, acl, version } => {
+            check_path(&path)?;
+            crate::acl::validate(&acl)?;
+            Ok(Txn::SetAcl {
+                session_id: who.session_id,
+                path,
+                acl,
+                version,
+            })
+        }
         Op::Delete { path, version } => write(who, MultiOp::Delete { path, version }, config),
         Op::SetData {
             path,
@@ -68,6 +93,15 @@ fn write(who: Requester, op: MultiOp, config: &Config) -> Result<Txn, ErrorCode>
 fn check_multi_op(op: &MultiOp, who: Requester, config: &Config) -> Result<(), ErrorCode> {
     match op {
         MultiOp::Create { path, data, mode } => check_create(path, data, *mode, who, config),
+        MultiOp::CreateWithAcl {
+            path,
+            data,
+            mode,
+            acl,
+        } => {
+            check_create(path, data, *mode, who, config)?;
+            crate::acl::validate(acl)
+        }
         MultiOp::SetData { path, data, .. } => {
             check_path(path)?;
             check_data(data, config)
