@@ -58,6 +58,15 @@ impl ChildNames {
         self.len() == 0
     }
 
+    /// About how many bytes the names take on the wire (each name and a
+    /// length byte or so); for bounding what a server holds unsent.
+    pub fn encoded_len(&self) -> usize {
+        match &self.0 {
+            Repr::Names(names) => names.iter().map(|name| name.len() + 1).sum(),
+            Repr::Encoded { bytes, .. } => bytes.len(),
+        }
+    }
+
     /// The names as strings (decoding them if they were built encoded).
     pub fn into_vec(self) -> Vec<String> {
         match self.0 {

@@ -37,6 +37,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// Set once when this server is a member of an ensemble.
     ensemble: OnceLock<Arc<dyn Ensemble>>,
+    /// Bytes every connection has queued for its client and not yet written.
+    pub outbound_total: Arc<crate::net::OutboundTotal>,
 }
 
 /// What being an ensemble member changes for the rest of the server.
@@ -71,6 +73,7 @@ impl Shared {
             committer,
             shutdown: CancellationToken::new(),
             ensemble: OnceLock::new(),
+            outbound_total: Arc::default(),
             config,
         }
     }

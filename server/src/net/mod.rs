@@ -3,8 +3,10 @@
 
 mod connection;
 mod listener;
+pub mod outbound;
 mod registry;
 
 pub use connection::serve;
 pub use listener::Listener;
-pub use registry::{ConnectionHandle, ConnectionRegistry, Outbound};
+pub use outbound::{Outbound, OutboundSender, OutboundTotal};
+pub use registry::{ConnectionHandle, ConnectionRegistry};

@@ -4,22 +4,18 @@
 use std::collections::HashMap;
 
 use arbor_protocol::{ErrorCode, ServerMessage, SessionId, WatchEvent};
-use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::outbound::OutboundSender;
 use crate::txn::CloseReason;
-
-/// A message on its way to a connection's writer. Boxed so that a queue slot
-/// is one word: tokio makes a channel's first block of 32 slots up front,
-/// which as 120-byte `ServerMessage`s was 3.8 KB of every idle connection.
-pub type Outbound = Box<ServerMessage>;
 
 /// How to reach one connection.
 #[derive(Debug, Clone)]
 pub struct ConnectionHandle {
     pub connection_id: u64,
-    pub outbound: mpsc::Sender<Outbound>,
+    pub outbound: OutboundSender,
     /// Cancelled to make the connection stop reading and close.
     pub closer: CancellationToken,
     /// Cancelled once the connection reads no more: everything it read
@@ -53,16 +49,17 @@ impl ConnectionRegistry {
         }
     }
 
-    /// Queues an event without waiting. A connection whose queue is full has
-    /// fallen too far behind: it is closed (the session lives on, and the
-    /// client registers its watches again when it reconnects).
+    /// Queues an event without waiting. A connection whose queue is full, or
+    /// whose backlog of bytes is too large, has fallen too far behind: it is
+    /// closed (the session lives on, and the client registers its watches
+    /// again when it reconnects).
     pub fn deliver(&self, session_id: SessionId, event: WatchEvent) {
         let Some(handle) = self.by_session.get(&session_id) else {
             return;
         };
         match handle
             .outbound
-            .try_send(Box::new(ServerMessage::Event(event)))
+            .try_send_event(Box::new(ServerMessage::Event(event)))
         {
             Ok(()) | Err(TrySendError::Closed(_)) => {}
             Err(TrySendError::Full(_)) => {

@@ -39,13 +39,13 @@ use arbor_protocol::frame::{FrameDecoder, FrameError};
 use arbor_protocol::{ErrorCode, Op, ServerMessage, Zxid};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::context::Shared;
-use crate::net::ConnectionHandle;
+use crate::net::{outbound, ConnectionHandle};
 use crate::pipeline::commit::WriteResult;
 
 /// The read buffer a connection starts with (tokio-util's default is 8 KiB):
@@ -132,7 +132,8 @@ where
     );
     let outbound_capacity =
         config.requests_in_flight_per_connection_max + config.events_queued_per_connection_max;
-    let (outbound, outbound_rx) = mpsc::channel(outbound_capacity);
+    let (outbound, outbound_rx) =
+        outbound::channel(outbound_capacity, shared.outbound_total.clone());
     let closer = CancellationToken::new();
     let writer = tokio::spawn(writer::write_loop(
         write_half,

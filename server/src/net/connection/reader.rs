@@ -11,7 +11,6 @@ use arbor_protocol::codec;
 use arbor_protocol::{ClientMessage, ErrorCode, Op, ServerMessage, SessionId};
 use futures_util::StreamExt;
 use tokio::io::AsyncRead;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -19,7 +18,7 @@ use super::responder::Responder;
 use super::{closing, frame_error_message, release_large_read_buffer, reply, Frames, Pending};
 use crate::acl::auth::AUTH_ATTEMPTS_PER_CONNECTION_MAX;
 use crate::context::Shared;
-use crate::net::Outbound;
+use crate::net::OutboundSender;
 use crate::pipeline::commit::Proposal;
 use crate::pipeline::prep::{self, Then};
 use crate::pipeline::read;
@@ -27,7 +26,7 @@ use crate::pipeline::read;
 /// Where the reader puts what it has read.
 pub(super) struct Queues {
     /// To the writer.
-    outbound: mpsc::Sender<Outbound>,
+    outbound: OutboundSender,
     /// To the responder, made on first need (see [`Responder`]).
     responder: Option<Responder>,
     shared: Arc<Shared>,
@@ -36,7 +35,7 @@ pub(super) struct Queues {
 
 impl Queues {
     pub(super) fn new(
-        outbound: mpsc::Sender<Outbound>,
+        outbound: OutboundSender,
         shared: Arc<Shared>,
         session_id: SessionId,
     ) -> Self {
@@ -100,6 +99,13 @@ pub(super) async fn read_loop<S: AsyncRead>(
 ) {
     let mut auth_attempts = 0u32;
     loop {
+        // A client that does not read its answers gets no more of them
+        // made: its requests wait in its socket (see `net::outbound`).
+        tokio::select! {
+            biased;
+            () = closer.cancelled() => return,
+            () = queues.outbound.room() => {}
+        }
         let next = tokio::select! {
             biased;
             () = closer.cancelled() => return,

@@ -18,7 +18,7 @@ use tracing::info;
 
 use super::{closing, reply, Pending};
 use crate::context::Shared;
-use crate::net::Outbound;
+use crate::net::OutboundSender;
 use crate::pipeline::read;
 
 /// A running responder, as the reader holds it.
@@ -34,7 +34,7 @@ pub(super) struct Responder {
 
 impl Responder {
     pub(super) fn spawn(
-        outbound: mpsc::Sender<Outbound>,
+        outbound: OutboundSender,
         shared: Arc<Shared>,
         session_id: SessionId,
     ) -> Self {
@@ -75,7 +75,7 @@ impl Responder {
 
 async fn respond_loop(
     mut pending: mpsc::Receiver<Pending>,
-    outbound: mpsc::Sender<Outbound>,
+    outbound: OutboundSender,
     owed: Arc<AtomicUsize>,
     shared: Arc<Shared>,
     session_id: SessionId,
@@ -104,6 +104,8 @@ async fn respond_loop(
                 }
             },
             Pending::Read { xid, op } => {
+                // Its answer is made only once the client has read enough.
+                outbound.room().await;
                 let (result, zxid) = read::execute(&shared, session_id, &op);
                 reply(xid, zxid, result)
             }

@@ -5,12 +5,11 @@
 use arbor_protocol::frame::{encode_frame, FrameError};
 use arbor_protocol::{ErrorCode, ServerMessage};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::reply;
-use crate::net::Outbound;
+use crate::net::outbound::OutboundReceiver;
 
 /// Bytes the writer gathers from the outbound queue into one socket write.
 const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
@@ -24,7 +23,7 @@ const WRITE_BUF_IDLE_BYTES_MAX: usize = 4 * 1024;
 
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     mut sink: W,
-    mut outbound: mpsc::Receiver<Outbound>,
+    mut outbound: OutboundReceiver,
     frame_bytes_max: usize,
     closer: CancellationToken,
 ) {
@@ -33,8 +32,8 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         let mut last = encode_message(*first, frame_bytes_max, &mut buf);
         while !last && buf.len() < WRITE_BATCH_BYTES_MAX {
             match outbound.try_recv() {
-                Ok(message) => last = encode_message(*message, frame_bytes_max, &mut buf),
-                Err(_) => break,
+                Some(message) => last = encode_message(*message, frame_bytes_max, &mut buf),
+                None => break,
             }
         }
         // A client that stops reading must not pin the connection forever:
