@@ -28,6 +28,12 @@ use crate::txn::Txn;
 /// same answer on every replay, whatever the configuration of the day.
 pub const CHILDREN_PER_NODE_MAX: u32 = 1 << 20;
 
+/// Ephemerals one session may own (a constant, as above). Each is deleted
+/// by the session's end in one txn: a session with millions would make
+/// that one write take seconds, and a client leaking them would fill the
+/// tree with nodes nobody deletes until it goes.
+pub const EPHEMERALS_PER_SESSION_MAX: usize = 1 << 16;
+
 /// The sequence counters of the nodes that have had sequential children,
 /// by node. Few nodes have one, so it is not a field of every node; shared
 /// copy-on-write with views, as the nodes are.
@@ -178,6 +184,8 @@ struct Overlay<'a> {
     changed: HashMap<String, Option<Shadow>, RandomState>,
     /// The lists of the creates checked so far that give one.
     pending: Vec<Vec<Acl>>,
+    /// Ephemerals the creates checked so far add.
+    ephemerals: usize,
     /// Nodes the ops checked so far add, less those they delete.
     added: isize,
 }
@@ -201,6 +209,7 @@ impl<'a> Overlay<'a> {
             tree,
             changed: HashMap::with_capacity_and_hasher(2 * ops, Default::default()),
             pending: Vec::new(),
+            ephemerals: 0,
             added: 0,
         }
     }
@@ -860,6 +869,17 @@ fn check_op(
             }
             if mode.is_ephemeral() && !who.alive {
                 return Err(ErrorCode::SessionExpired);
+            }
+            if mode.is_ephemeral() {
+                let owned = overlay
+                    .tree
+                    .ephemerals
+                    .get(&who.session_id)
+                    .map_or(0, BTreeSet::len);
+                if owned + overlay.ephemerals >= EPHEMERALS_PER_SESSION_MAX {
+                    return Err(ErrorCode::LimitExceeded);
+                }
+                overlay.ephemerals += 1;
             }
             let created = if mode.is_sequential() {
                 let suffix = path::sequence_suffix(parent.sequence);
@@ -1574,5 +1594,44 @@ mod tests {
         let d = rebuilt.node("/d").expect("exists");
         assert_eq!(rebuilt.acl_of(d), &hers[..]);
         assert_eq!(rebuilt.node("/a").map(Node::aversion), Some(1));
+    }
+
+    #[test]
+    fn a_session_owns_at_most_so_many_ephemerals() {
+        let mut tree = DataTree::new();
+        let ops: Vec<MultiOp> = (0..EPHEMERALS_PER_SESSION_MAX)
+            .map(|i| MultiOp::Create {
+                path: format!("/e{i}"),
+                data: vec![],
+                mode: CreateMode::Ephemeral,
+            })
+            .collect();
+        for chunk in ops.chunks(4096) {
+            let outcomes = tree.write_multi(anybody(7, true), chunk, 2, T, &mut Vec::new());
+            assert!(outcomes
+                .iter()
+                .all(|o| matches!(o, MultiOpOutcome::Applied(_))));
+        }
+        let one_more = MultiOp::Create {
+            path: "/one-more".into(),
+            data: vec![],
+            mode: CreateMode::Ephemeral,
+        };
+        assert_eq!(
+            tree.write(anybody(7, true), &one_more, 3, T, &mut Vec::new()),
+            Err(ErrorCode::LimitExceeded)
+        );
+        // Another session, and persistent nodes, are not held back.
+        assert!(tree
+            .write(anybody(8, true), &one_more, 3, T, &mut Vec::new())
+            .is_ok());
+        let persistent = MultiOp::Create {
+            path: "/p".into(),
+            data: vec![],
+            mode: CreateMode::Persistent,
+        };
+        assert!(tree
+            .write(anybody(7, true), &persistent, 4, T, &mut Vec::new())
+            .is_ok());
     }
 }

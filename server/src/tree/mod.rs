@@ -13,6 +13,7 @@ mod node_map;
 pub use children::{Children, Sorted};
 pub use data_tree::{
     Change, ChildList, DataTree, TreeBuilder, TreeView, ViewEntry, Writer, CHILDREN_PER_NODE_MAX,
+    EPHEMERALS_PER_SESSION_MAX,
 };
 pub use node::{Node, NodeId, NodeKind};
 pub use node_map::{NodeMap, NodeSlab, CHUNK_NODES, NODES_MAX};
