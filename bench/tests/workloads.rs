@@ -101,10 +101,7 @@ fn load_reports_cpu_per_op_of_server_and_load_generator() {
     );
     assert!(per_op("bench_cpu_us_per_op") >= 0.0, "{report}");
     // compare.sh measures a row again on this figure; it must be there.
-    assert!(
-        (0.0..=100.0).contains(&per_op("steal_percent")),
-        "{report}"
-    );
+    assert!((0.0..=100.0).contains(&per_op("steal_percent")), "{report}");
     let without = bench(&["--server", server.addr(), "get", "--count", "100"]);
     assert!(without.get("server_cpu_us_per_op").is_none(), "{without}");
 }
