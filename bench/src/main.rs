@@ -48,6 +48,12 @@ struct Cli {
     /// Leave the workload's nodes in place instead of deleting them.
     #[arg(long, global = true)]
     keep: bool,
+    /// Arbor only: every session proves digest credentials and every node
+    /// the workload creates gets a three-entry ACL whose matching entry is
+    /// last, so each request pays for ACL checks (against the open ACL of
+    /// every other run).
+    #[arg(long, global = true)]
+    acl_heavy: bool,
     #[command(subcommand)]
     workload: Workload,
 }
@@ -105,6 +111,12 @@ fn run(cli: Cli) -> Result<String> {
     if let Workload::FsyncProbe(args) = &cli.workload {
         return Ok(fsync::run(args)?.line());
     }
+    if cli.acl_heavy {
+        if cli.target != Kind::Arbor {
+            return Err(anyhow::anyhow!("--acl-heavy measures Arbor only"));
+        }
+        target::arbor::use_heavy_acls()?;
+    }
     let env = Env {
         kind: cli.target,
         server: cli
@@ -135,6 +147,10 @@ fn run(cli: Cli) -> Result<String> {
         };
         if env.kind == Kind::Zookeeper {
             tokio::time::sleep(ZOOKEEPER_CLOSE_LINGER).await;
+        }
+        let mut report = report;
+        if cli.acl_heavy {
+            report.field("acl_heavy", true);
         }
         Ok::<_, anyhow::Error>(report.line())
     });

@@ -272,7 +272,7 @@ impl Client {
         check_create_path(path, mode)?;
         self.check_data(&data)?;
         check_acl(&acl)?;
-        let op = if acl == Acl::open() {
+        let op = if Acl::is_open(&acl) {
             Op::Create {
                 path: path.to_owned(),
                 data,

@@ -42,7 +42,7 @@ pub fn create_with_acl(
 ) -> MultiOp {
     let (path, data) = (path.into(), data.into());
     // The open ACL is what a plain create gives, in fewer bytes.
-    if acl == Acl::open() {
+    if Acl::is_open(&acl) {
         return MultiOp::Create { path, data, mode };
     }
     MultiOp::CreateWithAcl {

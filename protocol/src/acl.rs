@@ -145,6 +145,11 @@ impl Acl {
         }]
     }
 
+    /// Whether `acl` is [`Acl::open`]'s list, without making one.
+    pub fn is_open(acl: &[Acl]) -> bool {
+        matches!(acl, [only] if only.perms == Perms::ALL && only.id.scheme == WORLD && only.id.id == ANYONE)
+    }
+
     /// Everybody may read: `READ_ACL_UNSAFE`.
     pub fn read_only() -> Vec<Acl> {
         vec![Acl {
@@ -319,6 +324,9 @@ mod tests {
             ]
         );
         assert_eq!(list[0].to_string(), "digest:alice:x1Y=:cdrwa");
+        assert!(Acl::is_open(&Acl::open()));
+        assert!(!Acl::is_open(&Acl::read_only()));
+        assert!(!Acl::is_open(&list));
         for bad in ["world", "world:anyone", ":x:r", "world:anyone:q"] {
             assert!(Acl::parse(bad).is_err(), "{bad}");
         }

@@ -3,10 +3,11 @@
 //! variant is written here over plain client calls).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{anyhow, Result};
-use arbor_client::{multi, Client, ClientOptions, CreateMode, Error, EventType};
+use arbor_client::acl::digest_id;
+use arbor_client::{multi, Acl, Client, ClientOptions, CreateMode, Error, EventType, Perms};
 
 use super::{ConnectOptions, NodeMode, WatchOutcome};
 
@@ -17,11 +18,40 @@ const HERD_NODE_PREFIX: &str = "lock-";
 /// (a container can be reaped between rounds).
 const DIR_RETRIES: usize = 5;
 
+/// The ACL every node gets with `--acl-heavy`, once set.
+static HEAVY_ACL: OnceLock<Vec<Acl>> = OnceLock::new();
+
+/// What every session proves with `--acl-heavy`.
+const HEAVY_ACL_CREDENTIALS: &str = "bench:bench";
+
+/// From now on every session proves digest credentials and every node a
+/// workload creates gets three entries, the one that lets the session in
+/// last: an ip range it is not in, read for everybody, its digest. What
+/// ACL checks cost, against the open ACL every other run uses.
+pub fn use_heavy_acls() -> Result<()> {
+    let digest = digest_id(HEAVY_ACL_CREDENTIALS)?;
+    let acl = vec![
+        Acl::new(Perms::ALL, "ip", "10.0.0.0/8"),
+        Acl::new(Perms::READ, "world", "anyone"),
+        Acl::new(Perms::ALL, "digest", digest),
+    ];
+    HEAVY_ACL
+        .set(acl)
+        .map_err(|_| anyhow!("heavy ACLs are already in use"))
+}
+
+fn heavy_acl() -> Option<&'static Vec<Acl>> {
+    HEAVY_ACL.get()
+}
+
 pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Client> {
-    let client_options = ClientOptions::default()
+    let mut client_options = ClientOptions::default()
         .with_session_timeout(options.session_timeout)
         .with_connect_timeout(options.connect_timeout)
         .with_max_in_flight(options.max_in_flight);
+    if heavy_acl().is_some() {
+        client_options = client_options.with_auth("digest", HEAVY_ACL_CREDENTIALS);
+    }
     Client::connect(addr, client_options)
         .await
         .map_err(|err| anyhow!("connecting to arbor at {addr}: {err}"))
@@ -54,12 +84,28 @@ fn mode(mode: NodeMode) -> CreateMode {
     }
 }
 
+/// A create with the heavy ACL when it is in use.
+async fn create_node(
+    client: &Client,
+    path: &str,
+    data: &[u8],
+    mode: CreateMode,
+) -> Result<String, Error> {
+    match heavy_acl() {
+        Some(acl) => client
+            .create_with_acl(path, data, mode, acl.clone())
+            .await
+            .map(|(created, _)| created),
+        None => client.create(path, data, mode).await,
+    }
+}
+
 pub async fn create(client: &Client, path: &str, data: &[u8], node: NodeMode) -> Result<String> {
-    Ok(client.create(path, data, mode(node)).await?)
+    Ok(create_node(client, path, data, mode(node)).await?)
 }
 
 pub async fn ensure(client: &Client, path: &str, data: &[u8]) -> Result<()> {
-    match client.create(path, data, CreateMode::Persistent).await {
+    match create_node(client, path, data, CreateMode::Persistent).await {
         Ok(_) | Err(Error::NodeExists { .. }) => Ok(()),
         Err(err) => Err(err.into()),
     }
@@ -68,7 +114,12 @@ pub async fn ensure(client: &Client, path: &str, data: &[u8]) -> Result<()> {
 pub async fn create_batch(client: &Client, paths: &[String], data: &[u8]) -> Result<()> {
     let ops = paths
         .iter()
-        .map(|path| multi::create(path.as_str(), data, CreateMode::Persistent))
+        .map(|path| match heavy_acl() {
+            Some(acl) => {
+                multi::create_with_acl(path.as_str(), data, CreateMode::Persistent, acl.clone())
+            }
+            None => multi::create(path.as_str(), data, CreateMode::Persistent),
+        })
         .collect();
     client.multi(ops).await?;
     Ok(())

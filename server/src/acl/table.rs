@@ -76,7 +76,7 @@ impl AclTable {
 
     /// The id of `acl` if the table holds it (the open list always).
     pub fn find(&self, acl: &[Acl]) -> Option<AclId> {
-        if acl == Self::open() {
+        if Acl::is_open(acl) {
             return Some(OPEN);
         }
         self.ids.get(acl).copied()
@@ -113,7 +113,9 @@ impl AclTable {
         id
     }
 
-    fn add_user(&mut self, id: AclId) {
+    /// Counts one more node using `id`, a list the table holds (found with
+    /// [`AclTable::find`]).
+    pub fn add_user(&mut self, id: AclId) {
         if let Some(Some(entry)) = self.entries.get_mut((id as usize).wrapping_sub(1)) {
             entry.nodes += 1;
         }

@@ -195,8 +195,17 @@ struct Overlay<'a> {
 struct Checked {
     /// A create's path, with any sequence suffix.
     created: Option<String>,
-    /// A create's resolved ACL; `None` for the open one.
-    acl: Option<Vec<Acl>>,
+    /// A create's ACL; `None` for the open one.
+    acl: Option<NewAcl>,
+}
+
+/// The ACL a create gives its node.
+#[derive(Debug)]
+enum NewAcl {
+    /// A list the tree holds already: counted again, nothing hashed twice.
+    Held(AclId),
+    /// A list new to the tree.
+    New(Vec<Acl>),
 }
 
 impl<'a> Overlay<'a> {
@@ -473,7 +482,11 @@ impl DataTree {
                     .expect("check_op resolves the path of every create");
                 let owner = if mode.is_ephemeral() { session_id } else { 0 };
                 let acl = match &checked.acl {
-                    Some(list) => Arc::make_mut(&mut self.acls).acquire(list),
+                    Some(NewAcl::Held(id)) => {
+                        Arc::make_mut(&mut self.acls).add_user(*id);
+                        *id
+                    }
+                    Some(NewAcl::New(list)) => Arc::make_mut(&mut self.acls).acquire(list),
                     None => OPEN,
                 };
                 let stat = self.insert(&path, data, *mode, owner, acl, zxid, time_ms, changes);
@@ -857,7 +870,11 @@ fn check_op(
             let acl = match op.acl() {
                 Some(list) => {
                     let resolved = acl::resolve(list, who.identity)?;
-                    (resolved != AclTable::open()).then_some(resolved)
+                    match overlay.tree.acls.find(&resolved) {
+                        Some(OPEN) => None,
+                        Some(id) => Some(NewAcl::Held(id)),
+                        None => Some(NewAcl::New(resolved.into_owned())),
+                    }
                 }
                 None => None,
             };
@@ -893,9 +910,8 @@ fn check_op(
             }
             if parent.num_children >= CHILDREN_PER_NODE_MAX
                 || overlay.tree.len() as isize + overlay.added >= NODES_MAX as isize
-                || acl
-                    .as_ref()
-                    .is_some_and(|list| !overlay.tree.acls.has_room_for(list))
+                || (matches!(acl, Some(NewAcl::New(_)))
+                    && overlay.tree.acls.len() >= crate::acl::table::ACL_LISTS_MAX)
             {
                 return Err(ErrorCode::LimitExceeded);
             }
@@ -903,7 +919,8 @@ fn check_op(
             parent.num_children += 1;
             overlay.set(parent_path, Some(parent));
             let shadow_acl = match &acl {
-                Some(list) => {
+                Some(NewAcl::Held(id)) => ShadowAcl::Stored(*id),
+                Some(NewAcl::New(list)) => {
                     overlay.pending.push(list.clone());
                     ShadowAcl::Pending(overlay.pending.len() - 1)
                 }
