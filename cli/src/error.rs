@@ -8,15 +8,24 @@ use serde_json::json;
 use crate::output::Output;
 
 /// Exit codes, as documented in `arbor --help`. Usage errors exit with 2 from
-/// clap itself.
+/// clap itself, or from [`Usage`] for what only a command can check.
 pub mod exit_code {
     pub const GENERIC: i32 = 1;
+    /// A usage error found after clap's parsing (clap's own exit with 2 too).
+    pub const USAGE: i32 = 2;
     pub const UNREACHABLE: i32 = 3;
     pub const NO_NODE: i32 = 4;
     pub const NODE_EXISTS: i32 = 5;
     pub const BAD_VERSION: i32 = 6;
     pub const NOT_EMPTY: i32 = 7;
     pub const INVALID_PATH: i32 = 8;
+    /// The node's ACL does not let this session do that.
+    pub const NOT_AUTHORIZED: i32 = 9;
+    /// The `--auth` credentials are malformed or were refused.
+    pub const AUTH_FAILED: i32 = 10;
+    /// The server refused an ACL (unknown scheme, malformed id, `auth` with
+    /// no proved id).
+    pub const INVALID_ACL: i32 = 11;
 }
 
 /// The server could not be reached at `server` (connect failed or timed out).
@@ -31,6 +40,66 @@ impl std::fmt::Display for Unreachable {
     }
 }
 
+/// The `--auth` credentials were malformed, or the server refused them.
+/// Never holds the password.
+#[derive(Debug)]
+pub struct AuthFailed {
+    pub detail: String,
+}
+
+impl std::fmt::Display for AuthFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "authentication failed: {}", self.detail)
+    }
+}
+
+impl std::error::Error for AuthFailed {}
+
+/// A usage error found after parsing, such as an argument only the command
+/// can check; exits with [`exit_code::USAGE`] as clap's own do.
+#[derive(Debug)]
+pub struct Usage {
+    pub message: String,
+}
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// The node a command worked on, attached to the errors that do not name
+/// one themselves (`NoAuth`, `InvalidAcl`), so their message can.
+#[derive(Debug)]
+pub struct AtPath {
+    pub path: String,
+}
+
+impl std::fmt::Display for AtPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at {}", self.path)
+    }
+}
+
+/// Attaches [`AtPath`] to `err` if it is a client error that names no
+/// node (`NoAuth`, `InvalidAcl`); other errors pass unchanged, so their
+/// messages stay as they were.
+pub fn at_path(err: anyhow::Error, path: &str) -> anyhow::Error {
+    let pathless = matches!(
+        client_error_in(&err),
+        Some(ClientError::NoAuth | ClientError::InvalidAcl)
+    );
+    if pathless && err.downcast_ref::<AtPath>().is_none() {
+        err.context(AtPath {
+            path: path.to_owned(),
+        })
+    } else {
+        err
+    }
+}
+
 /// A failure, classified for printing.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Failure {
@@ -40,8 +109,23 @@ pub struct Failure {
     pub exit_code: i32,
 }
 
-/// Classifies `err` by the first client error or [`Unreachable`] in its chain.
+/// Classifies `err` by the first client error, [`AuthFailed`], [`Usage`]
+/// or [`Unreachable`] in its chain.
 pub fn classify(err: &anyhow::Error) -> Failure {
+    if let Some(auth) = err.downcast_ref::<AuthFailed>() {
+        return Failure {
+            code: "AuthFailed".to_owned(),
+            message: auth.to_string(),
+            exit_code: exit_code::AUTH_FAILED,
+        };
+    }
+    if let Some(usage) = err.downcast_ref::<Usage>() {
+        return Failure {
+            code: "Usage".to_owned(),
+            message: usage.message.clone(),
+            exit_code: exit_code::USAGE,
+        };
+    }
     if let Some(unreachable) = err.downcast_ref::<Unreachable>() {
         let cause = client_error_in(err)
             .map(|e| format!(": {}", chain_text(e)))
@@ -79,6 +163,9 @@ fn classify_client(client_error: &ClientError, whole: &anyhow::Error) -> Failure
         ClientError::NotEmpty { .. } => exit_code::NOT_EMPTY,
         ClientError::InvalidPath { .. } => exit_code::INVALID_PATH,
         ClientError::Connect { .. } => exit_code::UNREACHABLE,
+        ClientError::NoAuth => exit_code::NOT_AUTHORIZED,
+        ClientError::AuthFailed => exit_code::AUTH_FAILED,
+        ClientError::InvalidAcl => exit_code::INVALID_ACL,
         _ => exit_code::GENERIC,
     };
     let code = match client_error.code() {
@@ -96,7 +183,18 @@ fn classify_client(client_error: &ClientError, whole: &anyhow::Error) -> Failure
             };
             format!("{code}{reason} ({path})")
         }
-        _ => format!("{whole:#}"),
+        _ => match (client_error, whole.downcast_ref::<AtPath>()) {
+            (ClientError::NoAuth, Some(at)) => format!("not authorized ({})", at.path),
+            (ClientError::NoAuth, None) => "not authorized".to_owned(),
+            (ClientError::InvalidAcl, at) => {
+                let path = at.map(|at| format!(" ({})", at.path)).unwrap_or_default();
+                format!("invalid ACL{path}: {INVALID_ACL_HINT}")
+            }
+            (ClientError::AuthFailed, _) => {
+                "authentication failed: the server refused the credentials".to_owned()
+            }
+            _ => format!("{whole:#}"),
+        },
     };
     Failure {
         code,
@@ -104,6 +202,10 @@ fn classify_client(client_error: &ClientError, whole: &anyhow::Error) -> Failure
         exit_code,
     }
 }
+
+/// What the server refuses in an ACL, for the `InvalidAcl` message.
+const INVALID_ACL_HINT: &str =
+    "an unknown scheme, a malformed id, or `auth:` in a session without --auth";
 
 /// The client error that caused `err`, if any.
 fn client_error_in(err: &anyhow::Error) -> Option<&ClientError> {
@@ -187,6 +289,52 @@ mod tests {
         })
         .context("set");
         assert_eq!(classify(&err).exit_code, exit_code::BAD_VERSION);
+    }
+
+    // Proves ACL refusals name the command's path and map to 9, 10 and 11, and other errors keep their messages.
+    #[test]
+    fn acl_errors_classified() {
+        let refused = at_path(anyhow::Error::new(ClientError::NoAuth), "/a");
+        let failure = classify(&refused);
+        assert_eq!(failure.code, "NoAuth");
+        assert_eq!(failure.message, "not authorized (/a)");
+        assert_eq!(failure.exit_code, exit_code::NOT_AUTHORIZED);
+        assert_eq!(
+            classify(&anyhow::Error::new(ClientError::NoAuth)).message,
+            "not authorized"
+        );
+
+        let invalid = at_path(anyhow::Error::new(ClientError::InvalidAcl), "/b");
+        let failure = classify(&invalid);
+        assert_eq!(failure.code, "InvalidAcl");
+        assert!(
+            failure.message.starts_with("invalid ACL (/b): "),
+            "{}",
+            failure.message
+        );
+        assert_eq!(failure.exit_code, exit_code::INVALID_ACL);
+
+        let auth = anyhow::Error::new(ClientError::AuthFailed).context(AuthFailed {
+            detail: "refused".to_owned(),
+        });
+        let failure = classify(&auth);
+        assert_eq!(failure.code, "AuthFailed");
+        assert_eq!(failure.message, "authentication failed: refused");
+        assert_eq!(failure.exit_code, exit_code::AUTH_FAILED);
+
+        let usage = anyhow::Error::new(Usage {
+            message: "bad".to_owned(),
+        });
+        assert_eq!(classify(&usage).exit_code, exit_code::USAGE);
+
+        // A path is only added where the error has none of its own.
+        let no_node = at_path(
+            anyhow::Error::new(ClientError::NoNode {
+                path: "/c".to_owned(),
+            }),
+            "/other",
+        );
+        assert_eq!(classify(&no_node).message, "no node (/c)");
     }
 
     // Proves an unreachable server exits with 3 and names the address tried.

@@ -27,7 +27,8 @@ const DEFAULT_SERVER: &str = "127.0.0.1:7181";
 /// Browse and edit the znodes of an Arbor server.
 ///
 /// Exit codes: 0 ok, 1 error, 2 usage error, 3 server unreachable, 4 no node,
-/// 5 node exists, 6 bad version, 7 node not empty, 8 invalid path.
+/// 5 node exists, 6 bad version, 7 node not empty, 8 invalid path, 9 not
+/// authorized, 10 authentication failed, 11 invalid ACL.
 #[derive(Debug, Parser)]
 #[command(name = "arbor", version, about, long_about)]
 struct Cli {
@@ -44,6 +45,11 @@ struct Global {
     /// else 127.0.0.1:7181].
     #[arg(long, global = true)]
     server: Option<String>,
+    /// Prove these digest credentials on every connection [default:
+    /// $ARBOR_AUTH]. Other local users can see command lines: prefer the
+    /// variable.
+    #[arg(long, global = true, value_name = "USER:PASSWORD", value_parser = Credentials::parse)]
+    auth: Option<Credentials>,
     /// Connect and request timeout, such as `5s` or `500ms`.
     #[arg(long, global = true, default_value = "5s", value_parser = duration::parse)]
     timeout: Duration,
@@ -67,6 +73,9 @@ enum Command {
     Browse,
     /// Print the client version (and the server's last zxid, if reachable).
     Version,
+    /// Print the digest id of USER:PASSWORD, as a `digest` ACL entry names
+    /// it (no server needed).
+    Digest(commands::acl::DigestArgs),
     /// An ensemble's members as each server of --server sees them.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
@@ -80,6 +89,40 @@ impl Global {
             .clone()
             .or_else(|| std::env::var("ARBOR_SERVER").ok().filter(|s| !s.is_empty()))
             .unwrap_or_else(|| DEFAULT_SERVER.to_owned())
+    }
+
+    /// The digest credentials to prove: `--auth`, else `$ARBOR_AUTH`, else
+    /// none.
+    fn auth(&self) -> Option<Credentials> {
+        self.auth.clone().or_else(|| {
+            std::env::var("ARBOR_AUTH")
+                .ok()
+                .filter(|s| !s.is_empty())
+                .map(Credentials)
+        })
+    }
+}
+
+/// `user:password` for the digest scheme, as given; never printed.
+#[derive(Clone)]
+struct Credentials(String);
+
+impl Credentials {
+    /// Takes any text: the form is checked when connecting, so that a bad
+    /// value is reported without being echoed (clap would print it).
+    fn parse(text: &str) -> Result<Credentials, std::convert::Infallible> {
+        Ok(Credentials(text.to_owned()))
+    }
+
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Never shows the password.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(<redacted>)")
     }
 }
 
@@ -109,6 +152,7 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
     let global = &cli.global;
     let command = match cli.command {
         Command::Version => return commands::version::run(global, out).await,
+        Command::Digest(args) => return commands::acl::run_digest(args, out),
         Command::Cluster(command) => return commands::cluster::run(global, command, out).await,
         Command::Shell => return shell::run(global, out).await,
         Command::Browse => return browse::run(global).await,

@@ -14,6 +14,8 @@ fn arbor_with_stdin(server: &TestServer, args: &[&str], stdin: &[u8]) -> Output 
         .arg("--server")
         .arg(server.addr())
         .args(args)
+        // Only what a test passes proves an id.
+        .env_remove("ARBOR_AUTH")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -48,6 +50,14 @@ fn assert_ok(output: &Output) {
 fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
 }
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
+}
+
+/// The digest of `super:test`, ZooKeeper's test vector: the superuser of the
+/// ACL tests.
+const SUPER_DIGEST: &str = "super:D/InIHSb7yEEbrWz8b9l71RjZJU=";
 
 // Proves create/get/set/stat/ls/ls -l/delete -r work and their JSON has the documented fields.
 #[test]
@@ -598,4 +608,155 @@ fn cluster_status_shows_each_member_its_leader_and_a_dead_members_lag() {
         dead["lag"].as_u64().is_some_and(|lag| lag >= 5),
         "five writes behind at least: {views}"
     );
+}
+
+// Proves `digest` needs no server, matches ZooKeeper's test vector, reads `-` from stdin, and never echoes bad credentials.
+#[test]
+fn digest_is_offline_and_matches_the_vector() {
+    let digest = |args: &[&str], stdin: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
+            .args(["--server", "127.0.0.1:1", "--timeout", "300ms"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the arbor binary runs");
+        let mut input = child.stdin.take().expect("stdin is piped");
+        input.write_all(stdin).expect("arbor reads its stdin");
+        drop(input);
+        child.wait_with_output().expect("arbor finishes")
+    };
+    let shown = digest(&["digest", "super:test"], b"");
+    assert_ok(&shown);
+    assert_eq!(stdout(&shown), format!("{SUPER_DIGEST}\n"));
+    let json = digest(&["--json", "digest", "super:test"], b"");
+    let document: Value = serde_json::from_slice(&json.stdout).expect("one JSON document");
+    assert_eq!(document, serde_json::json!({"id": SUPER_DIGEST}));
+    let piped = digest(&["digest", "-"], b"super:test\n");
+    assert_eq!(stdout(&piped), format!("{SUPER_DIGEST}\n"));
+
+    let bad = digest(&["digest", "hunter2"], b"");
+    assert_eq!(bad.status.code(), Some(2));
+    let message = stderr(&bad);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(message.contains("USER:PASSWORD"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+}
+
+// Proves create --acl, getacl with and without ADMIN, NoAuth (exit 9) for a plain set, --auth and ARBOR_AUTH, setacl -v and its bad version, the superuser, and whoami.
+#[test]
+fn acls_from_the_command_line() {
+    let server = TestServer::start_with(&["--super-digest", SUPER_DIGEST]);
+    let alice = stdout(&arbor(&server, &["digest", "alice:secret"]));
+    let alice = alice.trim_end();
+    let acl = format!("digest:{alice}:cdrwa,world:anyone:r");
+    let created = arbor(&server, &["create", "--acl", &acl, "/team", "v0"]);
+    assert_eq!(stdout(&created), "/team\n", "{}", stderr(&created));
+    let as_alice = |args: &[&str]| arbor(&server, &[&["--auth", "alice:secret"], args].concat());
+
+    // With ADMIN the digest shows; without, it is `user:x`.
+    assert_eq!(
+        stdout(&as_alice(&["getacl", "/team"])),
+        format!("digest:{alice}:cdrwa\nworld:anyone:r\n")
+    );
+    assert_eq!(
+        stdout(&arbor(&server, &["getacl", "/team"])),
+        "digest:alice:x:cdrwa\nworld:anyone:r\n"
+    );
+    assert_eq!(
+        arbor_json(&server, &["--auth", "alice:secret", "getacl", "/team"]),
+        serde_json::json!({
+            "path": "/team",
+            "acl": [
+                {"scheme": "digest", "id": alice, "perms": "cdrwa"},
+                {"scheme": "world", "id": "anyone", "perms": "r"},
+            ],
+            "aversion": 0,
+        })
+    );
+
+    // Reading is open; writing is alice's.
+    assert_eq!(stdout(&arbor(&server, &["get", "/team"])), "v0\n");
+    let refused = arbor(&server, &["set", "/team", "v1"]);
+    assert_eq!(refused.status.code(), Some(9));
+    assert_eq!(stderr(&refused), "arbor: not authorized (/team)\n");
+    let json = arbor(&server, &["--json", "set", "/team", "v1"]);
+    let document: Value = serde_json::from_slice(&json.stdout).expect("a JSON error");
+    assert_eq!(document["error"]["code"], "NoAuth");
+    assert_eq!(stdout(&as_alice(&["set", "/team", "v1"])), "1\n");
+    let from_env = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.addr(), "set", "/team", "v2"])
+        .env("ARBOR_AUTH", "alice:secret")
+        .output()
+        .expect("arbor runs");
+    assert_eq!(stdout(&from_env), "2\n", "{}", stderr(&from_env));
+
+    // setacl checks the ACL version, as set checks the data version.
+    let only_alice = format!("digest:{alice}:cdrwa");
+    assert_eq!(
+        stdout(&as_alice(&["setacl", "-v", "0", "/team", &only_alice])),
+        "1\n"
+    );
+    let stale = as_alice(&["setacl", "-v", "0", "/team", "world:anyone:r"]);
+    assert_eq!(stale.status.code(), Some(6));
+    assert_eq!(stderr(&stale), "arbor: bad version (/team)\n");
+    assert_eq!(arbor(&server, &["get", "/team"]).status.code(), Some(9));
+    let root = arbor(&server, &["--auth", "super:test", "get", "/team"]);
+    assert_eq!(stdout(&root), "v2\n", "the superuser passes every check");
+
+    assert_eq!(
+        stdout(&as_alice(&["whoami"])),
+        format!("ip:127.0.0.1\ndigest:{alice}\n")
+    );
+    assert_eq!(
+        arbor_json(&server, &["whoami"]),
+        serde_json::json!({"ids": [{"scheme": "ip", "id": "127.0.0.1"}]})
+    );
+}
+
+// Proves malformed credentials fail with exit 10 and a message that never shows them.
+#[test]
+fn bad_auth_is_a_clear_failure() {
+    let server = TestServer::start();
+    let output = arbor(&server, &["--auth", "nopassword", "ls", "/"]);
+    assert_eq!(output.status.code(), Some(10));
+    assert_eq!(
+        stderr(&output),
+        "arbor: authentication failed: --auth (or ARBOR_AUTH) takes USER:PASSWORD\n"
+    );
+    let json = arbor(&server, &["--json", "--auth", "nopassword", "ls", "/"]);
+    assert_eq!(json.status.code(), Some(10));
+    let document: Value = serde_json::from_slice(&json.stdout).expect("a JSON error");
+    assert_eq!(document["error"]["code"], "AuthFailed");
+    assert!(!stdout(&json).contains("nopassword"), "{}", stdout(&json));
+}
+
+// Proves a malformed ACL is a usage error naming its bad entry, and one the server refuses exits 11.
+#[test]
+fn bad_acls_are_refused() {
+    let server = TestServer::start();
+    let bad = arbor(
+        &server,
+        &["create", "--acl", "world:anyone:r,world:anyone:q", "/x"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("bad ACL entry 'world:anyone:q'"),
+        "{}",
+        stderr(&bad)
+    );
+    assert_eq!(arbor(&server, &["stat", "/x"]).status.code(), Some(4));
+
+    // `auth` stands for the ids this session proved: here none.
+    let refused = arbor(&server, &["create", "--acl", "auth::cdrwa", "/x"]);
+    assert_eq!(refused.status.code(), Some(11));
+    assert!(
+        stderr(&refused).starts_with("arbor: invalid ACL (/x): "),
+        "{}",
+        stderr(&refused)
+    );
+    assert_ok(&arbor(&server, &["create", "/y"]));
+    let unknown = arbor(&server, &["setacl", "/y", "nosuch:scheme:r"]);
+    assert_eq!(unknown.status.code(), Some(11));
 }

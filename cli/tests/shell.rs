@@ -15,6 +15,8 @@ fn spawn_shell(server: &TestServer, flags: &[&str]) -> Child {
         .args(["--server", server.addr(), "shell"])
         // Were a history file written, it would land here, not in $HOME.
         .env("ARBOR_HISTORY", "/nonexistent/arbor-shell-test-history")
+        // Only what a test passes proves an id.
+        .env_remove("ARBOR_AUTH")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -187,4 +189,36 @@ fn ctrl_c_ends_watch_not_the_shell() {
     drop(stdin);
     let status = child.wait().expect("the shell finishes");
     assert!(status.success(), "{status:?}");
+}
+
+// Proves the ACL commands run in the shell on the session of --auth: getacl of a relative path and of the working node, setacl, whoami.
+#[test]
+fn acl_commands_with_relative_paths() {
+    let server = TestServer::start();
+    let script = "\
+create --acl world:anyone:cdra /app
+create /app/x
+cd app
+getacl x
+setacl x auth::cdrwa
+getacl x
+getacl
+whoami
+";
+    let output = shell(&server, &["--auth", "alice:secret"], script);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    let alice = "alice:aYXlLOpEooaV1cRAvUL1fp9Qt7E=";
+    assert_eq!(
+        text(&output.stdout),
+        format!(
+            "/app\n/app/x\n\
+             world:anyone:cdrwa\n\
+             1\n\
+             digest:{alice}:cdrwa\n\
+             world:anyone:cdra\n\
+             ip:127.0.0.1\ndigest:{alice}\n"
+        ),
+        "stderr: {stderr}"
+    );
 }

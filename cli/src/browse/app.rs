@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 
-use arbor_client::{ChildEntry, ConnectionState, Error, EventType, Stat, WatchEvent};
+use arbor_client::{Acl, ChildEntry, ConnectionState, Error, EventType, Stat, WatchEvent};
 use crossterm::event::{KeyCode, KeyEvent};
 
 use super::input::{Edit, LineInput};
@@ -66,6 +66,11 @@ pub enum Message {
         path: String,
         result: Result<(Vec<u8>, Stat), Error>,
     },
+    /// The selected node's ACL, loaded after its data.
+    Acl {
+        path: String,
+        result: Result<Vec<Acl>, Error>,
+    },
     /// A persistent watch of an expanded node fired.
     Event(WatchEvent),
     /// A persistent watch could not be set, or its stream ended.
@@ -95,11 +100,22 @@ pub enum Detail {
         /// At most [`DATA_KEPT_BYTES_MAX`] bytes.
         data: Vec<u8>,
         stat: Stat,
+        acl: AclDetail,
     },
     Failed {
         path: String,
         message: String,
     },
+}
+
+/// The selected node's ACL, in the node panel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AclDetail {
+    Loading,
+    Loaded(Vec<Acl>),
+    /// The server said NoAuth: this session may not see it.
+    NotReadable,
+    Failed(String),
 }
 
 /// Which dialog, if any, has the keys.
@@ -447,9 +463,9 @@ impl App {
     /// The loaded detail of the selected node, if it is current.
     fn selected_detail(&self) -> Option<(&str, &[u8], &Stat)> {
         match &self.detail {
-            Detail::Loaded { path, data, stat } if Some(path.as_str()) == self.selected_path() => {
-                Some((path, data, stat))
-            }
+            Detail::Loaded {
+                path, data, stat, ..
+            } if Some(path.as_str()) == self.selected_path() => Some((path, data, stat)),
             _ => None,
         }
     }
@@ -546,7 +562,20 @@ impl App {
                     self.detail = match result {
                         Ok((data, stat)) => {
                             self.tree.set_stat(&path, stat);
-                            Detail::Loaded { path, data, stat }
+                            // A reload of the same node keeps the ACL shown
+                            // until the fresh one lands.
+                            let acl = match &self.detail {
+                                Detail::Loaded {
+                                    path: shown, acl, ..
+                                } if *shown == path => acl.clone(),
+                                _ => AclDetail::Loading,
+                            };
+                            Detail::Loaded {
+                                path,
+                                data,
+                                stat,
+                                acl,
+                            }
                         }
                         Err(Error::NoNode { .. }) => Detail::Failed {
                             path,
@@ -557,6 +586,20 @@ impl App {
                             path,
                         },
                     };
+                }
+            }
+            Message::Acl { path, result } => {
+                if let Detail::Loaded {
+                    path: shown, acl, ..
+                } = &mut self.detail
+                {
+                    if *shown == path {
+                        *acl = match result {
+                            Ok(entries) => AclDetail::Loaded(entries),
+                            Err(Error::NoAuth) => AclDetail::NotReadable,
+                            Err(error) => AclDetail::Failed(error.to_string()),
+                        };
+                    }
                 }
             }
             Message::Event(event) => {

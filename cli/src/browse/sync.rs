@@ -14,6 +14,8 @@
 //!   would cost two round trips per cursor move. Following goes through a
 //!   `tokio::sync::watch` channel that keeps only the latest selection, so
 //!   scrolling quickly over a slow link loads only where the cursor stops.
+//!   Its ACL is read after each data load (nothing fires when an ACL
+//!   changes, so `r` or the next data change shows a new one).
 //! * Connection changes are forwarded; the client sets every watch again
 //!   after a reconnect, and the app reloads what it shows.
 //!
@@ -183,6 +185,15 @@ async fn follow(
                 let message = Message::Data {
                     path: path.clone(),
                     result: Ok((data, stat)),
+                };
+                if messages.send(message).await.is_err() {
+                    return;
+                }
+                // ACL changes fire no watch: the ACL is read again with each
+                // data reload, and on `r`.
+                let message = Message::Acl {
+                    path: path.clone(),
+                    result: client.get_acl(&path).await.map(|(acl, _stat)| acl),
                 };
                 if messages.send(message).await.is_err() {
                     return;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use arbor_client::{ChildEntry, Client, ClientOptions, CreateMode, Stat};
+use arbor_client::{Acl, ChildEntry, Client, ClientOptions, CreateMode, Error, Stat};
 use arbor_server::TemporaryServer;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
@@ -165,6 +165,45 @@ fn browse_node_panel_shows_path_data_and_stat() {
     ] {
         assert!(text.contains(expected), "{expected:?} missing:\n{text}");
     }
+}
+
+// Proves the node panel lists the selected node's ACL under its stat, keeps
+// it across a data reload, says "(not readable)" for NoAuth, and ignores an
+// ACL that arrives for a node no longer shown.
+#[test]
+fn browse_node_panel_shows_the_acl() {
+    let mut app = loaded_app();
+    select_loaded(&mut app, "/alpha", b"x", stat(2, 1, 0));
+    assert!(screen(&app).contains("acl              loading…"));
+    let acl = Acl::parse_list("digest:alice:x:cdrwa,world:anyone:r").expect("valid");
+    app.apply(Message::Acl {
+        path: "/alpha".to_owned(),
+        result: Ok(acl),
+    });
+    let text = screen(&app);
+    for expected in [
+        "num_children     2",
+        "acl              digest:alice:x:cdrwa",
+        "                 world:anyone:r",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+    }
+    app.apply(Message::Data {
+        path: "/alpha".to_owned(),
+        result: Ok((b"y".to_vec(), stat(2, 1, 1))),
+    });
+    assert!(screen(&app).contains("acl              digest:alice:x:cdrwa"));
+
+    app.apply(Message::Acl {
+        path: "/alpha".to_owned(),
+        result: Err(Error::NoAuth),
+    });
+    assert!(screen(&app).contains("acl              (not readable)"));
+    app.apply(Message::Acl {
+        path: "/beta".to_owned(),
+        result: Ok(Acl::open()),
+    });
+    assert!(!screen(&app).contains("world:anyone:cdrwa"));
 }
 
 // Proves node data is shown escaped, so it can never put a terminal escape
@@ -521,6 +560,29 @@ async fn browse_edit_saves_on_server() {
     live.until("the reload", on_screen("theirs")).await;
     let (data, _) = other.get_data("/cfg").await.expect("read");
     assert_eq!(data, b"theirs");
+}
+
+// Proves the loader reads the selected node's ACL from the server, digests
+// hidden from a session without ADMIN on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browse_shows_acl_from_the_server() {
+    let server = TemporaryServer::start().await.expect("server starts");
+    let other = other_client(&server).await;
+    let alice = arbor_client::acl::digest_id("alice:secret").expect("credentials");
+    let acl = Acl::parse_list(&format!("digest:{alice}:cdrwa,world:anyone:r")).expect("valid");
+    other
+        .create_with_acl("/guarded", b"".to_vec(), CreateMode::Persistent, acl)
+        .await
+        .expect("created");
+    let mut live = Live::start(server.addr()).await;
+    live.until("the root listing", on_screen("guarded")).await;
+    live.select("/guarded").await;
+    live.until(
+        "the ACL",
+        on_screen("acl              digest:alice:x:cdrwa"),
+    )
+    .await;
+    assert!(screen(&live.app).contains("                 world:anyone:r"));
 }
 
 // Proves `d` + `n` keeps the node on the server and `d` + `y` deletes it

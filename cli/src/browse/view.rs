@@ -1,12 +1,12 @@
 //! Drawing: a pure function of the app's state.
 //!
 //! Layout: a title line (server and connection), the tree on the left, the
-//! selected node's stat and data on the right, and a status line (messages,
-//! the search box, key hints). Dialogs (help, delete confirmation, editor)
-//! are drawn over the middle. Every size is computed with saturating
-//! arithmetic and clamped to the frame, so any terminal size draws, however
-//! small. Names and data go through `data::human`, so nothing read from the
-//! server can send escape sequences to the terminal.
+//! selected node's stat, ACL and data on the right, and a status line
+//! (messages, the search box, key hints). Dialogs (help, delete
+//! confirmation, editor) are drawn over the middle. Every size is computed
+//! with saturating arithmetic and clamped to the frame, so any terminal size
+//! draws, however small. Names, ACLs and data go through `data::human`, so
+//! nothing read from the server can send escape sequences to the terminal.
 
 use arbor_client::{ConnectionState, Stat};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -15,7 +15,7 @@ use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::app::{App, Detail, Mode, DATA_KEPT_BYTES_MAX};
+use super::app::{AclDetail, App, Detail, Mode, DATA_KEPT_BYTES_MAX};
 use super::keys::HELP;
 use super::tree::{self, RowKind, CHILDREN_SHOWN_MAX};
 use crate::data;
@@ -173,12 +173,17 @@ fn draw_tree(frame: &mut Frame, app: &App, area: Rect) {
 
 /// One label/value row of the node panel.
 fn field(label: &str, value: String) -> Line<'static> {
+    styled_field(label, value, Style::new())
+}
+
+/// A label/value row whose value is in `style`.
+fn styled_field(label: &str, value: String, style: Style) -> Line<'static> {
     Line::from(vec![
         Span::styled(
             format!("{label:<LABEL_WIDTH$}"),
             Style::new().fg(Color::Cyan),
         ),
-        Span::raw(value),
+        Span::styled(value, style),
     ])
 }
 
@@ -201,6 +206,32 @@ fn stat_lines(stat: &Stat) -> Vec<Line<'static>> {
         field("data_length", format!("{} bytes", stat.data_length)),
         field("num_children", stat.num_children.to_string()),
     ]
+}
+
+/// The ACL rows: the first entry beside the label, the others below it.
+fn acl_lines(acl: &AclDetail) -> Vec<Line<'static>> {
+    let grey = Style::new().fg(Color::DarkGray);
+    let entries = match acl {
+        AclDetail::Loaded(entries) if !entries.is_empty() => entries,
+        AclDetail::Loaded(_) => return vec![styled_field("acl", "(empty)".to_owned(), grey)],
+        AclDetail::Loading => return vec![styled_field("acl", "loading…".to_owned(), grey)],
+        AclDetail::NotReadable => {
+            return vec![styled_field("acl", "(not readable)".to_owned(), grey)]
+        }
+        AclDetail::Failed(message) => {
+            let red = Style::new().fg(Color::Red);
+            return vec![styled_field("acl", format!("error: {message}"), red)];
+        }
+    };
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let label = if index == 0 { "acl" } else { "" };
+            // From the server: shown as any other text from it is.
+            field(label, data::human(entry.to_string().as_bytes()))
+        })
+        .collect()
 }
 
 /// Data cut at a character boundary, so cutting never turns text into hex.
@@ -235,9 +266,18 @@ fn draw_node(frame: &mut Frame, app: &App, area: Rect) {
                 Style::new().fg(Color::Red),
             ));
         }
-        (Detail::Loaded { path, data, stat }, _) => {
+        (
+            Detail::Loaded {
+                path,
+                data,
+                stat,
+                acl,
+            },
+            _,
+        ) => {
             lines.push(field("Path", data::human(path.as_bytes())));
             lines.extend(stat_lines(stat));
+            lines.extend(acl_lines(acl));
             lines.push(Line::raw(""));
             let cut = data.len() < stat.data_length as usize;
             let mut heading = format!("Data ({} bytes", stat.data_length);

@@ -2,6 +2,7 @@
 //! Each takes a connected [`Client`], its parsed arguments and the
 //! [`Output`](crate::output::Output) to print to.
 
+pub mod acl;
 pub mod cluster;
 pub mod get;
 pub mod locks;
@@ -11,11 +12,11 @@ pub mod version;
 pub mod watch;
 pub mod write;
 
-use anyhow::Context;
-use arbor_client::{Client, ClientOptions};
+use arbor_client::acl::{digest_id, DIGEST};
+use arbor_client::{Client, ClientOptions, Error as ClientError};
 use clap::Subcommand;
 
-use crate::error::Unreachable;
+use crate::error::{self, AuthFailed, Unreachable};
 use crate::output::Output;
 use crate::Global;
 
@@ -43,11 +44,30 @@ pub enum NodeCommand {
     Watch(watch::WatchArgs),
     /// Show every lock queue under a path: holder, fencing token, waiters.
     Locks(locks::LocksArgs),
+    /// Print a node's ACL, one `scheme:id:perms` entry per line.
+    #[command(name = "getacl")]
+    GetAcl(acl::GetAclArgs),
+    /// Replace a node's ACL (needs ADMIN on it).
+    #[command(name = "setacl")]
+    SetAcl(acl::SetAclArgs),
+    /// Print the ids this session holds, one per line.
+    #[command(name = "whoami")]
+    WhoAmI,
 }
 
 impl NodeCommand {
-    /// Runs the command on `client`, printing to `out`.
-    pub async fn run(self, client: &Client, out: &Output) -> anyhow::Result<()> {
+    /// Runs the command on `client`, printing to `out`. A refusal that
+    /// names no node (`NoAuth`, `InvalidAcl`) is told with the command's path.
+    pub async fn run(mut self, client: &Client, out: &Output) -> anyhow::Result<()> {
+        let path = self.path_mut().cloned();
+        let result = self.dispatch(client, out).await;
+        match path {
+            Some(path) => result.map_err(|err| error::at_path(err, &path)),
+            None => result,
+        }
+    }
+
+    async fn dispatch(self, client: &Client, out: &Output) -> anyhow::Result<()> {
         match self {
             NodeCommand::Ls(args) => ls::run(client, args, out).await,
             NodeCommand::Tree(args) => tree::run(client, args, out).await,
@@ -59,13 +79,16 @@ impl NodeCommand {
             NodeCommand::Sync(args) => write::run_sync(client, args, out).await,
             NodeCommand::Watch(args) => watch::run(client, args, out).await,
             NodeCommand::Locks(args) => locks::run(client, args, out).await,
+            NodeCommand::GetAcl(args) => acl::run_get_acl(client, args, out).await,
+            NodeCommand::SetAcl(args) => acl::run_set_acl(client, args, out).await,
+            NodeCommand::WhoAmI => acl::run_who_am_i(client, out).await,
         }
     }
 
     /// The path the command works on, for `arbor shell` to resolve against
-    /// its working node.
-    pub fn path_mut(&mut self) -> &mut String {
-        match self {
+    /// its working node; `None` for commands about the session (`whoami`).
+    pub fn path_mut(&mut self) -> Option<&mut String> {
+        let path = match self {
             NodeCommand::Ls(args) => &mut args.path,
             NodeCommand::Tree(args) => &mut args.path,
             NodeCommand::Get(args) => &mut args.path,
@@ -76,21 +99,45 @@ impl NodeCommand {
             NodeCommand::Sync(args) => &mut args.path,
             NodeCommand::Watch(args) => &mut args.path,
             NodeCommand::Locks(args) => &mut args.path,
-        }
+            NodeCommand::GetAcl(args) => &mut args.path,
+            NodeCommand::SetAcl(args) => &mut args.path,
+            NodeCommand::WhoAmI => return None,
+        };
+        Some(path)
     }
 }
 
 /// Connects to `global.server`, with `global.timeout` as both the connect
-/// and the request timeout. Any failure is reported as [`Unreachable`].
+/// and the request timeout, proving `global.auth()` (digest) if given.
+/// Malformed or refused credentials are reported as [`AuthFailed`] (without
+/// the password); any other failure as [`Unreachable`].
 pub async fn connect(global: &Global) -> anyhow::Result<Client> {
-    let options = ClientOptions::default()
+    let mut options = ClientOptions::default()
         .with_connect_timeout(global.timeout)
         .with_request_timeout(global.timeout);
+    let mut user = None;
+    if let Some(credentials) = global.auth() {
+        // Checked here with the server's own rule, so a typo is caught
+        // before connecting and the message can name the user.
+        let id = digest_id(credentials.as_str()).map_err(|_| AuthFailed {
+            detail: "--auth (or ARBOR_AUTH) takes USER:PASSWORD".to_owned(),
+        })?;
+        user = id.split_once(':').map(|(user, _)| user.to_owned());
+        options = options.with_auth(DIGEST, credentials.as_str());
+    }
     let server = global.server();
-    Client::connect(&server, options)
-        .await
-        .map_err(anyhow::Error::new)
-        .with_context(|| Unreachable { server })
+    match Client::connect(&server, options).await {
+        Ok(client) => Ok(client),
+        Err(ClientError::AuthFailed) => {
+            let user = user.unwrap_or_default();
+            Err(
+                anyhow::Error::new(ClientError::AuthFailed).context(AuthFailed {
+                    detail: format!("{server} refused the credentials of digest user '{user}'"),
+                }),
+            )
+        }
+        Err(err) => Err(anyhow::Error::new(err).context(Unreachable { server })),
+    }
 }
 
 /// `parent` joined with a child's `name`.

@@ -1,4 +1,5 @@
-//! Commands that change the tree: `create`, `set`, `delete [-r]`, and `sync`.
+//! Commands that change the tree: `create [--acl ACL]`, `set`, `delete [-r]`,
+//! and `sync`.
 
 use std::io::Read;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use arbor_client::{Client, CreateMode, Error as ClientError};
 use clap::Args;
 use serde_json::json;
 
+use super::acl::AclList;
 use super::child_path;
 use crate::duration;
 use crate::output::{self, Output};
@@ -29,6 +31,10 @@ pub struct CreateArgs {
     /// Deleted once it has no children and was not modified for this long.
     #[arg(long, value_parser = duration::parse, conflicts_with = "ephemeral")]
     ttl: Option<Duration>,
+    /// The node's ACL, such as `auth::cdrwa,world:anyone:r` (zkCli syntax);
+    /// `world:anyone:cdrwa` when left out.
+    #[arg(long, value_parser = AclList::parse)]
+    acl: Option<AclList>,
     /// The node to create.
     pub(crate) path: String,
     /// The data, or `-` to read it from stdin; empty when left out.
@@ -67,7 +73,10 @@ pub struct SyncArgs {
 pub async fn run_create(client: &Client, args: CreateArgs, out: &Output) -> anyhow::Result<()> {
     let mode = create_mode(&args)?;
     let data = read_data(args.data.as_deref())?;
-    let created = client.create(&args.path, data, mode).await?;
+    let created = match args.acl {
+        Some(AclList(acl)) => client.create_with_acl(&args.path, data, mode, acl).await?.0,
+        None => client.create(&args.path, data, mode).await?,
+    };
     out.print(&json!({"path": created}), &created)?;
     Ok(())
 }

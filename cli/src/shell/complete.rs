@@ -1,5 +1,10 @@
-//! Tab completion for `arbor shell`: command names, flags, and znode paths
-//! fetched from the server.
+//! Tab completion for `arbor shell`: command names, flags, znode paths
+//! fetched from the server, and ACL schemes.
+//!
+//! What a word is comes from the command's clap definition: the value of a
+//! flag that takes one (`--acl` gives ACL schemes, others nothing), else the
+//! positional at its place (`acl` gives ACL schemes, `path` and the rest
+//! znode paths; past the last positional, nothing).
 //!
 //! rustyline calls the completer on the thread blocked in `readline` (a
 //! `spawn_blocking` thread, never a runtime worker), so the server lookup is
@@ -28,13 +33,32 @@ pub const COMPLETION_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most candidates one Tab offers (the first ones in name order).
 pub const COMPLETION_CANDIDATES_MAX: usize = 1000;
 
-/// A command the shell knows, for completing its name and flags.
+/// The starts of an ACL entry offered for an ACL word (zkCli's schemes).
+const ACL_SCHEMES: [&str; 4] = ["auth::", "digest:", "ip:", "world:anyone:"];
+
+/// The id of the positional (and of the flag) that holds an ACL.
+const ACL_ARG: &str = "acl";
+
+/// A command the shell knows, for completing its name, flags and arguments.
 #[derive(Debug, Clone)]
 struct CommandNames {
     /// The name and its visible aliases.
     names: Vec<String>,
     /// `--long` and `-s` forms of its flags.
     flags: Vec<String>,
+    /// The forms of the flags that take a value, with the flag's id.
+    value_flags: Vec<(String, String)>,
+    /// The ids of its positionals, in order.
+    positionals: Vec<String>,
+}
+
+/// What the word under the cursor is, for a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Path,
+    Acl,
+    /// A value nothing can be offered for (a version, a duration).
+    Nothing,
 }
 
 /// The rustyline helper: completion only (no hints, colours or validation).
@@ -56,15 +80,32 @@ impl ShellHelper {
                 let mut names = vec![command.get_name().to_owned()];
                 names.extend(command.get_visible_aliases().map(str::to_owned));
                 let mut flags = Vec::new();
+                let mut value_flags = Vec::new();
+                let mut positionals = Vec::new();
                 for arg in command.get_arguments() {
+                    if arg.is_positional() {
+                        positionals.push(arg.get_id().to_string());
+                        continue;
+                    }
+                    let mut forms = Vec::new();
                     if let Some(long) = arg.get_long() {
-                        flags.push(format!("--{long}"));
+                        forms.push(format!("--{long}"));
                     }
                     if let Some(short) = arg.get_short() {
-                        flags.push(format!("-{short}"));
+                        forms.push(format!("-{short}"));
                     }
+                    if arg.get_action().takes_values() {
+                        let id = arg.get_id().to_string();
+                        value_flags.extend(forms.iter().map(|form| (form.clone(), id.clone())));
+                    }
+                    flags.extend(forms);
                 }
-                CommandNames { names, flags }
+                CommandNames {
+                    names,
+                    flags,
+                    value_flags,
+                    positionals,
+                }
             })
             .collect();
         ShellHelper {
@@ -105,9 +146,55 @@ impl ShellHelper {
                 self.command_candidates(&word)
             }
             Some(first) if word.starts_with('-') => self.flag_candidates(&first.text, &word),
-            Some(_) => self.path_candidates(&word),
+            Some(first) => {
+                let before: Vec<&str> = words[1..].iter().map(|w| w.text.as_str()).collect();
+                match self.slot(&first.text, &before) {
+                    Slot::Path => self.path_candidates(&word),
+                    Slot::Acl => acl_candidates(&word),
+                    Slot::Nothing => Vec::new(),
+                }
+            }
         };
         (start, candidates)
+    }
+
+    /// What the word after `before` (the words after the command's name) is
+    /// for `command`. An unknown command gets paths, as it always did.
+    fn slot(&self, command: &str, before: &[&str]) -> Slot {
+        let Some(known) = self.find(command) else {
+            return Slot::Path;
+        };
+        let mut positional = 0;
+        let mut words = before.iter();
+        while let Some(word) = words.next() {
+            if !word.starts_with('-') {
+                positional += 1;
+                continue;
+            }
+            // `--flag value` takes the next word (`--flag=value` holds it).
+            let value_of = known.value_flags.iter().find(|(form, _)| form == word);
+            if let Some((_, id)) = value_of {
+                if words.next().is_none() {
+                    // The word under the cursor is this flag's value.
+                    return if id == ACL_ARG {
+                        Slot::Acl
+                    } else {
+                        Slot::Nothing
+                    };
+                }
+            }
+        }
+        match known.positionals.get(positional) {
+            Some(id) if id == ACL_ARG => Slot::Acl,
+            Some(_) => Slot::Path,
+            None => Slot::Nothing,
+        }
+    }
+
+    fn find(&self, command: &str) -> Option<&CommandNames> {
+        self.commands
+            .iter()
+            .find(|known| known.names.iter().any(|name| name == command))
     }
 
     fn command_candidates(&self, prefix: &str) -> Vec<Pair> {
@@ -130,11 +217,7 @@ impl ShellHelper {
     }
 
     fn flag_candidates(&self, command: &str, prefix: &str) -> Vec<Pair> {
-        let Some(command) = self
-            .commands
-            .iter()
-            .find(|known| known.names.iter().any(|name| name == command))
-        else {
+        let Some(command) = self.find(command) else {
             return Vec::new();
         };
         let mut flags: Vec<&String> = command
@@ -200,6 +283,23 @@ pub async fn path_candidates(client: &Client, cwd: &str, word: &str) -> Vec<Pair
                 display: format!("{}{suffix}", child.name),
                 replacement: escape(&format!("{typed_dir}{}{suffix}", child.name)),
             }
+        })
+        .collect()
+}
+
+/// The schemes an ACL word's last entry (after its last comma) may start
+/// with, as the whole word to put back.
+fn acl_candidates(word: &str) -> Vec<Pair> {
+    let (done, entry) = match word.rfind(',') {
+        Some(comma) => word.split_at(comma + 1),
+        None => ("", word),
+    };
+    ACL_SCHEMES
+        .iter()
+        .filter(|scheme| scheme.starts_with(entry))
+        .map(|scheme| Pair {
+            display: (*scheme).to_owned(),
+            replacement: escape(&format!("{done}{scheme}")),
         })
         .collect()
 }
@@ -313,6 +413,32 @@ mod tests {
             assert_eq!(displays(&got), ["delete"]);
             let (_, got) = helper.complete_at("delete --r", 10);
             assert_eq!(displays(&got), ["--recursive"]);
+
+            // The ACL commands: names, flags, and what each argument is.
+            let (_, got) = helper.complete_at("get", 3);
+            assert_eq!(displays(&got), ["get", "getacl"]);
+            let (_, got) = helper.complete_at("wh", 2);
+            assert_eq!(replacements(&got), ["whoami "]);
+            let (_, got) = helper.complete_at("create --a", 10);
+            assert_eq!(displays(&got), ["--acl"]);
+            let (_, got) = helper.complete_at("getacl /app/al", 14);
+            assert_eq!(displays(&got), ["alpha", "alps/"]);
+            let (_, got) = helper.complete_at("setacl /app/al", 14);
+            assert_eq!(displays(&got), ["alpha", "alps/"]);
+            let (_, got) = helper.complete_at("setacl /app ", 12);
+            assert_eq!(
+                displays(&got),
+                ["auth::", "digest:", "ip:", "world:anyone:"]
+            );
+            let (start, got) = helper.complete_at("setacl -v 1 /app wo", 19);
+            assert_eq!((start, replacements(&got)), (17, vec!["world:anyone:"]));
+            let (_, got) = helper.complete_at("create --acl auth::cdrwa,d /app/x", 26);
+            assert_eq!(replacements(&got), ["auth::cdrwa,digest:"]);
+            // No candidates for a version, or where a command takes nothing.
+            let (_, got) = helper.complete_at("setacl -v ", 10);
+            assert!(got.is_empty());
+            let (_, got) = helper.complete_at("whoami ", 7);
+            assert!(got.is_empty());
 
             // A missing node, or an invalid path, offers nothing.
             let (_, got) = helper.complete_at("ls /nope/x", 10);

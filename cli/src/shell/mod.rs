@@ -8,9 +8,10 @@
 //!   built-ins. Usage errors and `--help` print clap's text and the loop goes
 //!   on; nothing in the shell exits the process.
 //! * The read-only commands (`ls`, `tree`, `get`, `stat`, `sync`, `watch`,
-//!   `locks`) default their path to `.` (the working node), by editing the
-//!   clap parser at start-up; the writing commands still require a path, so
-//!   a bare `delete` can never remove the working node by accident.
+//!   `locks`, `getacl`) default their path to `.` (the working node), by
+//!   editing the clap parser at start-up; the writing commands (`setacl`
+//!   too) still require a path, so a bare `delete` can never remove the
+//!   working node by accident. `whoami` has no path.
 //! * The path of every command is resolved against the working node and
 //!   normalised (`.`, `..`, repeated and trailing `/`).
 //! * `readline` blocks, so it runs on a `spawn_blocking` thread (the editor
@@ -63,7 +64,9 @@ const HISTORY_FILE_NAME: &str = ".arbor_history";
 
 /// Commands whose path may be left out in the shell, meaning the working
 /// node. Only commands that change nothing: a bare `delete` stays an error.
-const CWD_DEFAULT_COMMANDS: [&str; 7] = ["ls", "tree", "get", "stat", "sync", "watch", "locks"];
+const CWD_DEFAULT_COMMANDS: [&str; 8] = [
+    "ls", "tree", "get", "stat", "sync", "watch", "locks", "getacl",
+];
 
 /// One line of the shell.
 #[derive(Debug, Parser)]
@@ -313,7 +316,10 @@ impl Shell<'_> {
     async fn cd(&mut self, path: &str) -> anyhow::Result<()> {
         self.ensure_session().await?;
         let target = resolve(&self.cwd, path);
-        let Some(found) = interruptible(self.client.exists(&target)).await? else {
+        let exists = interruptible(self.client.exists(&target))
+            .await
+            .map_err(|err| crate::error::at_path(err.into(), &target))?;
+        let Some(found) = exists else {
             // Interrupted: stay where we are.
             return Ok(());
         };
@@ -331,8 +337,9 @@ impl Shell<'_> {
     /// Runs `command` with its path resolved, until it ends or Ctrl-C.
     async fn run_node_command(&mut self, mut command: NodeCommand) -> anyhow::Result<()> {
         self.ensure_session().await?;
-        let path = command.path_mut();
-        *path = resolve(&self.cwd, path);
+        if let Some(path) = command.path_mut() {
+            *path = resolve(&self.cwd, path);
+        }
         interruptible(command.run(&self.client, self.out)).await?;
         Ok(())
     }
@@ -413,15 +420,23 @@ mod tests {
     fn read_only_commands_default_to_the_working_node() {
         for name in CWD_DEFAULT_COMMANDS {
             match parse(&[name]) {
-                Ok(ShellCommand::Node(mut command)) => assert_eq!(command.path_mut(), "."),
+                Ok(ShellCommand::Node(mut command)) => {
+                    assert_eq!(command.path_mut().map(|path| path.as_str()), Some("."))
+                }
                 other => panic!("{name}: {other:?}"),
             }
         }
         match parse(&["ls", "-l", "x"]) {
-            Ok(ShellCommand::Node(mut command)) => assert_eq!(command.path_mut(), "x"),
+            Ok(ShellCommand::Node(mut command)) => {
+                assert_eq!(command.path_mut().map(|path| path.as_str()), Some("x"))
+            }
             other => panic!("{other:?}"),
         }
-        for name in ["create", "set", "delete"] {
+        match parse(&["whoami"]) {
+            Ok(ShellCommand::Node(mut command)) => assert_eq!(command.path_mut(), None),
+            other => panic!("{other:?}"),
+        }
+        for name in ["create", "set", "delete", "setacl"] {
             let err = parse(&[name]).expect_err("a write needs its path");
             assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
         }
