@@ -169,8 +169,11 @@ struct SessionWatches {
 }
 
 /// Bytes of watched paths one session may register (each registration of a
-/// path counts its length), beside the configured count of watches.
-pub const WATCH_PATH_BYTES_PER_SESSION_MAX: usize = 32 * 1024 * 1024;
+/// path counts its length), beside the configured count of watches: room
+/// for 50 000 watches of 1 KB paths (what `arbor-bench watch-memory` sets
+/// from one session), an eighth of what the count alone let 4 KB paths
+/// take.
+pub const WATCH_PATH_BYTES_PER_SESSION_MAX: usize = 64 * 1024 * 1024;
 
 #[derive(Debug)]
 pub struct WatchManager {
