@@ -10,9 +10,14 @@ use serde_json::Value;
 
 /// Runs `arbor --server <server> args...` with `stdin` fed in.
 fn arbor_with_stdin(server: &TestServer, args: &[&str], stdin: &[u8]) -> Output {
+    arbor_at(server.addr(), args, stdin)
+}
+
+/// Runs `arbor --server <addr> args...` with `stdin` fed in.
+fn arbor_at(addr: &str, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
         .arg("--server")
-        .arg(server.addr())
+        .arg(addr)
         .args(args)
         // Only what a test passes proves an id.
         .env_remove("ARBOR_AUTH")
@@ -613,19 +618,13 @@ fn cluster_status_shows_each_member_its_leader_and_a_dead_members_lag() {
 // Proves `digest` needs no server, matches ZooKeeper's test vector, reads `-` from stdin, and never echoes bad credentials.
 #[test]
 fn digest_is_offline_and_matches_the_vector() {
+    // No server listens there: digest must not need one.
     let digest = |args: &[&str], stdin: &[u8]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
-            .args(["--server", "127.0.0.1:1", "--timeout", "300ms"])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the arbor binary runs");
-        let mut input = child.stdin.take().expect("stdin is piped");
-        input.write_all(stdin).expect("arbor reads its stdin");
-        drop(input);
-        child.wait_with_output().expect("arbor finishes")
+        arbor_at(
+            "127.0.0.1:1",
+            &[&["--timeout", "300ms"], args].concat(),
+            stdin,
+        )
     };
     let shown = digest(&["digest", "super:test"], b"");
     assert_ok(&shown);

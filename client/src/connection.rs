@@ -258,17 +258,7 @@ async fn handshake(
 
     // The server's limit is not known yet; the handshake answer is tiny.
     let mut reader = FramedRead::new(read_half, FrameDecoder::new(DEFAULT_FRAME_BYTES_MAX));
-    let payload = match reader.next().await {
-        Some(Ok(payload)) => payload,
-        Some(Err(FrameError::Io(err))) => return Err(Attempt::Io(err)),
-        Some(Err(err)) => return Err(Attempt::Protocol(err.to_string())),
-        None => {
-            return Err(Attempt::Io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "server closed the connection during the handshake",
-            )))
-        }
-    };
+    let payload = next_frame(&mut reader, "the handshake").await?;
     let response = match codec::decode::<ServerMessage>(&payload) {
         Ok(ServerMessage::Connected(response)) => response,
         Ok(ServerMessage::Closing { code, message }) => {
@@ -294,6 +284,23 @@ async fn handshake(
     })
 }
 
+/// The next frame of a connection being set up; `during` names the step
+/// for the error if the server closes it.
+async fn next_frame(
+    reader: &mut FramedRead<OwnedReadHalf, FrameDecoder>,
+    during: &str,
+) -> Result<BytesMut, Attempt> {
+    match reader.next().await {
+        Some(Ok(payload)) => Ok(payload),
+        Some(Err(FrameError::Io(err))) => Err(Attempt::Io(err)),
+        Some(Err(err)) => Err(Attempt::Protocol(err.to_string())),
+        None => Err(Attempt::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("server closed the connection during {during}"),
+        ))),
+    }
+}
+
 /// Proves each of `auth` on a new connection, before anything else is sent
 /// on it: the session's requests then run with every id proved.
 async fn prove(
@@ -314,17 +321,7 @@ async fn prove(
         encode_frame(&request, frame_bytes_max, &mut frame)
             .map_err(|err| Attempt::Protocol(err.to_string()))?;
         writer.write_all(&frame).await.map_err(Attempt::Io)?;
-        let payload = match reader.next().await {
-            Some(Ok(payload)) => payload,
-            Some(Err(FrameError::Io(err))) => return Err(Attempt::Io(err)),
-            Some(Err(err)) => return Err(Attempt::Protocol(err.to_string())),
-            None => {
-                return Err(Attempt::Io(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "server closed the connection during authentication",
-                )))
-            }
-        };
+        let payload = next_frame(reader, "authentication").await?;
         match codec::decode::<ServerMessage>(&payload) {
             Ok(ServerMessage::Reply {
                 xid: AUTH_XID,
