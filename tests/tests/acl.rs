@@ -505,3 +505,70 @@ async fn next_event(
         .expect("the watch lives");
     (event.event_type, event.path)
 }
+
+/// A watch outlives the ACL it was set under: a persistent watch stops
+/// reporting once its session may no longer read the node, and a one-shot
+/// watch the client registers again after a reconnect is dropped for a node
+/// it may no longer read, rather than fired for it.
+#[tokio::test]
+async fn watches_follow_the_acl_the_node_has_now() {
+    use arbor_client::{AddWatchMode, ConnectionState, EventType};
+    let mut server = TestServer::start();
+    let alice = connect(&server, Some("alice:secret")).await.expect("alice");
+    let reader = connect(&server, None).await.expect("plain client");
+    alice
+        .create("/x", b"v0".to_vec(), CreateMode::Persistent)
+        .await
+        .expect("open for now");
+    let mut lasting = reader
+        .watch("/x", AddWatchMode::Persistent)
+        .await
+        .expect("readable now");
+    let mut hers = alice
+        .watch("/x", AddWatchMode::Persistent)
+        .await
+        .expect("watches");
+    let (_, _, once) = reader.get_data_watch("/x").await.expect("readable now");
+    let only_alice = Acl::parse_list("auth::cdrwa").expect("parses");
+    alice
+        .set_acl("/x", only_alice, None)
+        .await
+        .expect("alice closes /x");
+
+    // The reader's one-shot watch is registered again on a new connection.
+    server.restart();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while reader.state() != ConnectionState::Reconnected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reader did not reconnect"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Replies come in order: once this is answered, the watches were sent.
+    let mut tries = 0;
+    while let Err(err) = reader.sync("/").await {
+        tries += 1;
+        assert!(tries < 50, "sync: {err}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut tries = 0;
+    while let Err(err) = alice.set_data("/x", b"v1".to_vec(), None).await {
+        tries += 1;
+        assert!(tries < 50, "set: {err}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        next_event(&mut hers).await,
+        (EventType::NodeDataChanged, "/x".to_owned())
+    );
+    let quiet = Duration::from_millis(500);
+    assert!(
+        tokio::time::timeout(quiet, lasting.next()).await.is_err(),
+        "the persistent watch told a session that may not read /x"
+    );
+    assert!(
+        tokio::time::timeout(quiet, once).await.is_err(),
+        "the one-shot watch fired for a node its session may no longer read"
+    );
+}

@@ -219,6 +219,15 @@ fn set_watches(
     state: &StateMachine,
     watches: &SetWatches,
 ) -> Result<(), ErrorCode> {
+    // A node this session may no longer read (its ACL changed while the
+    // client was away) gets no watch and tells nothing: the watch was
+    // allowed on what the node was, not on what it is.
+    let who = state.identity(session_id);
+    let hidden = |path: &str| {
+        state.tree.node(path).is_some_and(|n| {
+            n.acl_id() != acl::table::OPEN && !state.tree.allows(n, who, Perms::READ)
+        })
+    };
     let after = watches.relative_zxid;
     let mut fired = Vec::new();
     let mut register = Vec::new();
@@ -229,6 +238,9 @@ fn set_watches(
     };
     for path in watches.data.iter() {
         check_path(path)?;
+        if hidden(path) {
+            continue;
+        }
         match state.tree.node(path) {
             None => fired.push(event(EventType::NodeDeleted, path, state.last_zxid())),
             Some(n) if n.mzxid > after => {
@@ -246,6 +258,9 @@ fn set_watches(
     }
     for path in watches.child.iter() {
         check_path(path)?;
+        if hidden(path) {
+            continue;
+        }
         match state.tree.node(path) {
             None => fired.push(event(EventType::NodeDeleted, path, state.last_zxid())),
             Some(n) if n.pzxid > after => {
@@ -266,6 +281,9 @@ fn set_watches(
         );
     for (kind, path) in persistent {
         check_path(path)?;
+        if hidden(path) {
+            continue;
+        }
         register.push((kind, path));
         if let Some(n) = state.tree.node(path) {
             if n.mzxid > after {

@@ -381,14 +381,17 @@ impl WatchManager {
     }
 
     /// Fires the watches a change matches; returns one event per session.
-    /// A recursive watch on an ancestor of the changed node fires only for
-    /// sessions `may_see_below` lets through: the watch was allowed on the
-    /// ancestor, not on whatever was below it (ZooKeeper's CVE-2024-23944).
+    /// A persistent or recursive watch fires only for sessions `may_see`
+    /// lets through (READ on the changed node, as it is now): a recursive
+    /// watch was allowed on an ancestor, not on whatever is below it
+    /// (ZooKeeper's CVE-2024-23944), and a persistent one on what the node's
+    /// ACL was when it was set. A one-shot watch fires once whatever: it
+    /// was set by a read that passed.
     pub fn trigger(
         &mut self,
         change: &Change,
         zxid: Zxid,
-        mut may_see_below: impl FnMut(SessionId) -> bool,
+        mut may_see: impl FnMut(SessionId) -> bool,
     ) -> Vec<(SessionId, WatchEvent)> {
         let (event_type, path, one_shot, recursive) = fired_by(change);
         let recursive_bit = if recursive {
@@ -396,14 +399,14 @@ impl WatchManager {
         } else {
             0
         };
-        let fires = one_shot | WatchKind::Persistent.bit() | recursive_bit;
+        let lasting = WatchKind::Persistent.bit() | recursive_bit;
         let mut sessions: Vec<SessionId> = Vec::new();
         // One-shot registrations that fired: (session, kinds).
         let mut spent: Vec<(SessionId, Kinds)> = Vec::new();
         let hash = self.hash(path);
         if let Ok(mut entry) = self.paths.find_entry(hash, |w| &*w.path == path) {
             let none_left = entry.get_mut().watchers.retain(|watcher, has| {
-                if has & fires != 0 {
+                if has & one_shot != 0 || (has & lasting != 0 && may_see(watcher)) {
                     sessions.push(watcher);
                 }
                 if has & one_shot != 0 {
@@ -430,7 +433,7 @@ impl WatchManager {
                             .iter()
                             .filter(|w| w.has_any(recursive_bit))
                             .map(|w| w.session_id)
-                            .filter(|&session_id| may_see_below(session_id)),
+                            .filter(|&session_id| may_see(session_id)),
                     );
                 }
                 at = path::parent(p);
@@ -576,10 +579,10 @@ mod tests {
         m.add(1, WatchKind::Data, &one_more).expect("room again");
     }
 
-    // A recursive watch on an ancestor reveals a change below only to the
-    // sessions the check lets through; watches on the node itself fire.
+    // Persistent and recursive watches reveal a change only to the sessions
+    // the check lets through; one-shot watches fire as set.
     #[test]
-    fn recursive_watches_on_ancestors_fire_only_for_sessions_that_may_see() {
+    fn lasting_watches_fire_only_for_sessions_that_may_see() {
         let mut m = WatchManager::new(100);
         m.add(1, WatchKind::PersistentRecursive, "/")
             .expect("added");
@@ -599,9 +602,14 @@ mod tests {
             .map(|(s, _)| s)
             .collect();
         events.sort_unstable();
-        assert_eq!(events, vec![1, 2, 3]);
+        assert_eq!(
+            events,
+            vec![1],
+            "lasting watches need the check, on the node too"
+        );
         asked.sort_unstable();
-        assert_eq!(asked, vec![1, 2], "only ancestors' watchers are asked");
+        asked.dedup();
+        assert_eq!(asked, vec![1, 2, 3]);
         let below: Vec<SessionId> = m
             .trigger(&Change::Created("/secret/child/x".into()), 5, |session| {
                 session == 1
@@ -610,6 +618,14 @@ mod tests {
             .map(|(s, _)| s)
             .collect();
         assert_eq!(below, vec![1]);
+        // A one-shot watch fires once whatever the check says.
+        m.add(4, WatchKind::Data, "/secret/child").expect("added");
+        let one_shot: Vec<SessionId> = m
+            .trigger(&Change::DataChanged("/secret/child".into()), 7, |_| false)
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(one_shot, vec![4]);
     }
 
     // Proves recursive watches are counted out however they go, so changes
