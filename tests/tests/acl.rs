@@ -572,3 +572,38 @@ async fn watches_follow_the_acl_the_node_has_now() {
         "the one-shot watch fired for a node its session may no longer read"
     );
 }
+
+/// Recipes give their nodes the ACL they are told: a team's lock queue is
+/// the team's alone.
+#[tokio::test]
+async fn a_lock_with_an_acl_queues_only_those_it_names() {
+    use arbor_client::recipes::{LockError, Mutex};
+    let server = TestServer::start();
+    let alice = connect(&server, Some("alice:secret")).await.expect("alice");
+    let alice_too = connect(&server, Some("alice:secret"))
+        .await
+        .expect("alice again");
+    let bob = connect(&server, Some("bob:other")).await.expect("bob");
+    let lock = Mutex::new(&alice, "/team/locks/job").with_acl(Acl::creator_all());
+    let guard = lock.lock().await.expect("alice locks");
+    let (dir_acl, _) = alice.get_acl("/team/locks/job").await.expect("reads");
+    let (node_acl, _) = alice.get_acl(guard.node()).await.expect("reads");
+    let hers = vec![Acl::new(Perms::ALL, "digest", alice_id())];
+    assert_eq!((dir_acl, node_acl), (hers.clone(), hers));
+    let refused = Mutex::new(&bob, "/team/locks/job").try_lock().await;
+    assert!(
+        matches!(refused, Err(LockError::Client(Error::NoAuth))),
+        "{:?}",
+        refused.map(|_| ())
+    );
+    // Another session of the same id queues behind the holder.
+    let same = Mutex::new(&alice_too, "/team/locks/job").with_acl(Acl::creator_all());
+    assert!(matches!(same.try_lock().await, Err(LockError::Locked)));
+    guard.release().await.expect("releases");
+    same.try_lock()
+        .await
+        .expect("free now")
+        .release()
+        .await
+        .expect("releases");
+}

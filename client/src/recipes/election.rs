@@ -31,7 +31,7 @@ use crate::recipes::{
     create_protected, delete_node, ensure_path, owned_stat, retrying, unique_prefix, until_lost,
     NodeCleanup,
 };
-use crate::{Client, ConnectionState, Error, OneshotWatch, SessionId};
+use crate::{Acl, Client, ConnectionState, Error, OneshotWatch, SessionId};
 
 /// The part of a candidate's node name after the attempt prefix.
 pub(crate) const CANDIDATE_NAME: &str = "candidate-";
@@ -84,6 +84,8 @@ pub enum ElectionError {
 pub struct Election {
     client: Client,
     path: String,
+    /// The ACL of the nodes the election creates (the open one by default).
+    acl: Vec<Acl>,
 }
 
 /// Leading the election. Dropping it resigns in the background;
@@ -169,7 +171,23 @@ impl Election {
         Self {
             client: client.clone(),
             path: path.to_owned(),
+            acl: Acl::open(),
         }
+    }
+
+    /// Gives the nodes this election creates (its directory, if missing,
+    /// and each candidate's node) `acl` instead of the open one (see
+    /// [`Mutex::with_acl`](crate::recipes::Mutex::with_acl)).
+    ///
+    /// ```
+    /// # fn demo(client: arbor_client::Client) {
+    /// use arbor_client::{recipes::Election, Acl};
+    /// let election = Election::new(&client, "/team-a/leader").with_acl(Acl::creator_all());
+    /// # }
+    /// ```
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// The path whose children are the candidates.
@@ -203,7 +221,10 @@ impl Election {
     /// ```
     pub async fn campaign(&self, value: impl Into<Vec<u8>>) -> Result<Leadership, ElectionError> {
         let value = value.into();
-        retrying(&self.client, || ensure_path(&self.client, &self.path)).await?;
+        retrying(&self.client, || {
+            ensure_path(&self.client, &self.path, &self.acl)
+        })
+        .await?;
         let prefix = unique_prefix();
         let (cleanup, _stat) = create_protected(
             &self.client,
@@ -211,6 +232,7 @@ impl Election {
             &prefix,
             CANDIDATE_NAME,
             value.clone(),
+            &self.acl,
         )
         .await?;
         // Dropping this future deletes the node, even mid-create.

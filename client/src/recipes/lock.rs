@@ -34,7 +34,7 @@ use crate::recipes::fence::FencingToken;
 use crate::recipes::{
     create_protected, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
 };
-use crate::{Client, ConnectionState, Error};
+use crate::{Acl, Client, ConnectionState, Error};
 
 /// The part of a lock node's name after the attempt prefix.
 pub(crate) const LOCK_NAME: &str = "lock-";
@@ -58,6 +58,8 @@ pub(crate) const LOCK_NAME: &str = "lock-";
 pub struct Mutex {
     client: Client,
     path: String,
+    /// The ACL of the nodes the lock creates (the open one by default).
+    acl: Vec<Acl>,
 }
 
 /// Holding the lock. Dropping it releases the lock in the background;
@@ -73,7 +75,27 @@ impl Mutex {
         Self {
             client: client.clone(),
             path: path.to_owned(),
+            acl: Acl::open(),
         }
+    }
+
+    /// Gives the nodes this lock creates (its queue's directory, if
+    /// missing, and each contender's node) `acl` instead of the open one.
+    /// Contenders need CREATE and READ on the directory; `auth` entries
+    /// stand for the ids the session proved.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arbor_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use arbor_client::{recipes::Mutex, Acl};
+    ///
+    /// // Only sessions that proved the team's credentials can queue or see the queue.
+    /// let lock = Mutex::new(&client, "/team-a/locks/job-42").with_acl(Acl::creator_all());
+    /// let guard = lock.lock().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// The path whose children form the queue.
@@ -110,7 +132,14 @@ impl Mutex {
         // costs one round trip. If anything else happened in between, the
         // look is simply asked again below.
         let (created, top) = tokio::join!(
-            create_protected(&self.client, &self.path, &prefix, LOCK_NAME, Vec::new()),
+            create_protected(
+                &self.client,
+                &self.path,
+                &prefix,
+                LOCK_NAME,
+                Vec::new(),
+                &self.acl
+            ),
             self.client.children_below(&self.path, u64::MAX, 2),
         );
         // Dropping this future at any point deletes the node, even while

@@ -27,7 +27,7 @@ pub use fence::{Fence, FencingToken, StaleToken};
 pub use lock::{Guard, Mutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 
-use crate::{Client, ConnectionState, CreateMode, Error, SessionId};
+use crate::{Acl, Client, ConnectionState, CreateMode, Error, SessionId};
 
 /// Why a lock was not granted (or not released).
 #[derive(Debug, thiserror::Error)]
@@ -45,9 +45,9 @@ pub enum LockError {
     Client(#[from] Error),
 }
 
-/// Creates `path` and its missing ancestors as containers, so that lock
-/// directories disappear by themselves once unused.
-pub(crate) async fn ensure_path(client: &Client, target: &str) -> Result<(), Error> {
+/// Creates `path` and its missing ancestors as containers with `acl`, so
+/// that lock directories disappear by themselves once unused.
+pub(crate) async fn ensure_path(client: &Client, target: &str, acl: &[Acl]) -> Result<(), Error> {
     if client.exists(target).await?.is_some() {
         return Ok(());
     }
@@ -55,15 +55,27 @@ pub(crate) async fn ensure_path(client: &Client, target: &str) -> Result<(), Err
     for segment in target.split('/').filter(|s| !s.is_empty()) {
         prefix.push('/');
         prefix.push_str(segment);
-        match client
-            .create(&prefix, Vec::new(), CreateMode::Container)
-            .await
-        {
+        match create_node(client, &prefix, Vec::new(), CreateMode::Container, acl).await {
             Ok(_) | Err(Error::NodeExists { .. }) => {}
             Err(err) => return Err(err),
         }
     }
     Ok(())
+}
+
+/// A create with `acl`; the open one (the default) costs no copy.
+async fn create_node(
+    client: &Client,
+    path: &str,
+    data: Vec<u8>,
+    mode: CreateMode,
+    acl: &[Acl],
+) -> Result<(String, crate::Stat), Error> {
+    if Acl::is_open(acl) {
+        client.create_with_stat(path, data, mode).await
+    } else {
+        client.create_with_acl(path, data, mode, acl.to_vec()).await
+    }
 }
 
 /// A name prefix unique to one attempt, so a create whose reply was lost can
@@ -241,6 +253,7 @@ pub(crate) async fn create_protected(
     prefix: &str,
     name: &str,
     data: Vec<u8>,
+    acl: &[Acl],
 ) -> Result<(NodeCleanup, crate::Stat), Error> {
     let mut pending = PrefixCleanup {
         client: client.clone(),
@@ -248,7 +261,7 @@ pub(crate) async fn create_protected(
         prefix: prefix.to_owned(),
         armed: true,
     };
-    let (node, stat) = create_by_prefix(client, dir, prefix, name, data).await?;
+    let (node, stat) = create_by_prefix(client, dir, prefix, name, data, acl).await?;
     // Exactly one node was made: from here its own clean-up takes over.
     pending.armed = false;
     Ok((NodeCleanup::new(client, node), stat))
@@ -296,6 +309,7 @@ async fn create_by_prefix(
     prefix: &str,
     name: &str,
     data: Vec<u8>,
+    acl: &[Acl],
 ) -> Result<(String, crate::Stat), Error> {
     let base = arbor_protocol::path::join(dir, &format!("{prefix}{name}"));
     let mut unsure = false;
@@ -320,13 +334,18 @@ async fn create_by_prefix(
                 Err(err) => return Err(err),
             }
         }
-        match client
-            .create_with_stat(&base, data.clone(), CreateMode::EphemeralSequential)
-            .await
+        match create_node(
+            client,
+            &base,
+            data.clone(),
+            CreateMode::EphemeralSequential,
+            acl,
+        )
+        .await
         {
             Ok(created) => return Ok(created),
             // Never made, or a container reaped after its last child went.
-            Err(Error::NoNode { .. }) => match ensure_path(client, dir).await {
+            Err(Error::NoNode { .. }) => match ensure_path(client, dir, acl).await {
                 Ok(()) => {}
                 Err(err) if is_transient(&err) => before_retry(client, &err).await?,
                 Err(err) => return Err(err),

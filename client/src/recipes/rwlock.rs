@@ -33,7 +33,7 @@ use crate::recipes::{
     create_protected, delete_node, ensure_path, owned_stat, retrying, unique_prefix, until_lost,
     LockError, NodeCleanup,
 };
-use crate::{Client, ConnectionState, Error};
+use crate::{Acl, Client, ConnectionState, Error};
 
 /// The part of a reader's node name after the attempt prefix.
 pub(crate) const READ_NAME: &str = "read-";
@@ -65,6 +65,8 @@ pub(crate) const WRITE_NAME: &str = "write-";
 pub struct RwLock {
     client: Client,
     path: String,
+    /// The ACL of the nodes the lock creates (the open one by default).
+    acl: Vec<Acl>,
 }
 
 /// Holding the lock for reading, possibly with other readers. Dropping it
@@ -167,7 +169,23 @@ impl RwLock {
         Self {
             client: client.clone(),
             path: path.to_owned(),
+            acl: Acl::open(),
         }
+    }
+
+    /// Gives the nodes this lock creates (its directory, if missing, and
+    /// each reader's and writer's node) `acl` instead of the open one (see
+    /// [`Mutex::with_acl`](crate::recipes::Mutex::with_acl)).
+    ///
+    /// ```
+    /// # fn demo(client: arbor_client::Client) {
+    /// use arbor_client::{recipes::RwLock, Acl};
+    /// let lock = RwLock::new(&client, "/team-a/config-lock").with_acl(Acl::creator_all());
+    /// # }
+    /// ```
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// The path whose children form the queue.
@@ -304,10 +322,20 @@ impl RwLock {
     }
 
     async fn acquire(&self, kind: Kind, wait: Wait) -> Result<Held, LockError> {
-        retrying(&self.client, || ensure_path(&self.client, &self.path)).await?;
+        retrying(&self.client, || {
+            ensure_path(&self.client, &self.path, &self.acl)
+        })
+        .await?;
         let prefix = unique_prefix();
-        let (cleanup, _stat) =
-            create_protected(&self.client, &self.path, &prefix, kind.name(), Vec::new()).await?;
+        let (cleanup, _stat) = create_protected(
+            &self.client,
+            &self.path,
+            &prefix,
+            kind.name(),
+            Vec::new(),
+            &self.acl,
+        )
+        .await?;
         // Dropping this future deletes the node, even mid-create.
         let node = cleanup.path().to_owned();
         loop {
