@@ -89,3 +89,45 @@ async fn a_client_that_never_reads_holds_a_bounded_backlog_and_others_are_served
         }
     }
 }
+
+/// Watches are limited by the bytes of their paths as well as by count:
+/// 100 000 watches on 4 KB paths held ~820 MB for one session before.
+#[tokio::test]
+async fn a_session_watching_long_paths_is_stopped_at_its_path_bytes() {
+    use futures_util::future::join_all;
+    let server = TestServer::start();
+    let c = client(&server).await;
+    let before = rss_bytes(server.pid());
+    let long = "w".repeat(4000);
+    let mut set = 0usize;
+    let mut refused = false;
+    'batches: for batch in 0..64 {
+        let paths: Vec<String> = (0..512)
+            .map(|i| format!("/{long}-{batch:03}-{i:04}"))
+            .collect();
+        let answers = join_all(paths.iter().map(|path| c.exists_watch(path))).await;
+        for answer in answers {
+            match answer {
+                Ok(_) => set += 1,
+                Err(arbor_client::Error::LimitExceeded) => {
+                    refused = true;
+                    break 'batches;
+                }
+                Err(err) => panic!("exists_watch: {err}"),
+            }
+        }
+    }
+    assert!(refused, "{set} watches of 4 KB paths and no limit");
+    // 64 MiB of paths: about 16 000 watches of these, not 100 000.
+    assert!((15_000..=17_500).contains(&set), "{set} watches set");
+    let grown = rss_bytes(server.pid()).saturating_sub(before);
+    assert!(
+        grown < 200 * 1024 * 1024,
+        "server RSS grew {} MB",
+        grown >> 20
+    );
+    // The session still works.
+    c.create("/after", Vec::new(), CreateMode::Persistent)
+        .await
+        .expect("creates");
+}
