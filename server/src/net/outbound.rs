@@ -92,14 +92,15 @@ impl Budget {
 /// The sending side; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct OutboundSender {
-    tx: mpsc::Sender<Outbound>,
+    /// Each message with the bytes it was charged, given back as it is taken.
+    tx: mpsc::Sender<(Outbound, usize)>,
     budget: Arc<Budget>,
 }
 
 /// The writer's side: taking a message gives its bytes back.
 #[derive(Debug)]
 pub struct OutboundReceiver {
-    rx: mpsc::Receiver<Outbound>,
+    rx: mpsc::Receiver<(Outbound, usize)>,
     budget: Arc<Budget>,
 }
 
@@ -125,22 +126,26 @@ impl OutboundSender {
     pub async fn send(&self, message: Outbound) -> Result<(), SendError<Outbound>> {
         let bytes = approx_bytes(&message);
         self.budget.charge(bytes);
-        let sent = self.tx.send(message).await;
-        if sent.is_err() {
-            self.budget.discharge(bytes);
-        }
-        sent
+        self.tx
+            .send((message, bytes))
+            .await
+            .map_err(|SendError((message, _))| {
+                self.budget.discharge(bytes);
+                SendError(message)
+            })
     }
 
     /// Queues `message` if a slot is free.
     pub fn try_send(&self, message: Outbound) -> Result<(), TrySendError<Outbound>> {
         let bytes = approx_bytes(&message);
         self.budget.charge(bytes);
-        let sent = self.tx.try_send(message);
-        if sent.is_err() {
+        self.tx.try_send((message, bytes)).map_err(|err| {
             self.budget.discharge(bytes);
-        }
-        sent
+            match err {
+                TrySendError::Full((message, _)) => TrySendError::Full(message),
+                TrySendError::Closed((message, _)) => TrySendError::Closed(message),
+            }
+        })
     }
 
     /// Queues a watch event unless the connection's backlog is past
@@ -174,14 +179,14 @@ impl OutboundSender {
 
 impl OutboundReceiver {
     pub async fn recv(&mut self) -> Option<Outbound> {
-        let message = self.rx.recv().await?;
-        self.budget.discharge(approx_bytes(&message));
+        let (message, bytes) = self.rx.recv().await?;
+        self.budget.discharge(bytes);
         Some(message)
     }
 
     pub fn try_recv(&mut self) -> Option<Outbound> {
-        let message = self.rx.try_recv().ok()?;
-        self.budget.discharge(approx_bytes(&message));
+        let (message, bytes) = self.rx.try_recv().ok()?;
+        self.budget.discharge(bytes);
         Some(message)
     }
 
@@ -191,8 +196,8 @@ impl OutboundReceiver {
 }
 
 /// Bytes a message takes encoded, about: what it carries that can be large
-/// (data, names, paths, stats) plus a fixed overhead. The same message
-/// always gives the same figure, so what is charged is given back.
+/// (data, names, paths, stats) plus a fixed overhead. Computed once, as the
+/// message is queued; the queue keeps the figure to give back.
 pub fn approx_bytes(message: &ServerMessage) -> usize {
     const FIXED: usize = 64;
     const STAT: usize = 80;
