@@ -71,8 +71,6 @@ use arbor_protocol::{
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
 use tokio_util::codec::FramedRead;
@@ -87,6 +85,7 @@ use crate::resume::{
 use crate::servers::ServerList;
 use crate::session::{SessionInfo, Shared};
 use crate::state::ConnectionState;
+use crate::transport::{self, ReadHalf, WriteHalf};
 use crate::watch::WatcherKey;
 
 /// Past this many unsent bytes the task stops taking commands until the socket
@@ -147,8 +146,8 @@ pub(crate) enum Effect {
 
 /// A socket that has completed the handshake.
 pub(crate) struct Established {
-    reader: FramedRead<OwnedReadHalf, FrameDecoder>,
-    writer: OwnedWriteHalf,
+    reader: FramedRead<ReadHalf, FrameDecoder>,
+    writer: WriteHalf,
     pub(crate) response: ConnectResponse,
     addr: String,
 }
@@ -192,10 +191,8 @@ pub(crate) async fn connect(
     ));
     for addr in servers.shuffled() {
         let addr = addr.as_str();
-        let attempt = tokio::time::timeout(
-            options.connect_timeout,
-            handshake(addr, &request, &options.auth),
-        );
+        let attempt =
+            tokio::time::timeout(options.connect_timeout, handshake(addr, &request, options));
         let failure = match attempt.await {
             Ok(Ok(established)) => return Ok(established),
             Ok(Err(failure)) => failure,
@@ -244,17 +241,16 @@ const AUTH_XID: u64 = 0;
 async fn handshake(
     addr: &str,
     request: &ConnectRequest,
-    auth: &[AuthInfo],
+    options: &ClientOptions,
 ) -> Result<Established, Attempt> {
-    let stream = TcpStream::connect(addr).await.map_err(Attempt::Io)?;
-    // Requests are small and latency-bound; batching is done by us, not Nagle.
-    stream.set_nodelay(true).map_err(Attempt::Io)?;
-    let (read_half, mut writer) = stream.into_split();
+    let (read_half, mut writer) = transport::connect(addr, options.tls.as_ref())
+        .await
+        .map_err(Attempt::Io)?;
     let mut frame = Vec::new();
     let connect = ClientMessage::Connect(request.clone());
     encode_frame(&connect, DEFAULT_FRAME_BYTES_MAX, &mut frame)
         .map_err(|err| Attempt::Protocol(err.to_string()))?;
-    writer.write_all(&frame).await.map_err(Attempt::Io)?;
+    write_now(&mut writer, &frame).await?;
 
     // The server's limit is not known yet; the handshake answer is tiny.
     let mut reader = FramedRead::new(read_half, FrameDecoder::new(DEFAULT_FRAME_BYTES_MAX));
@@ -275,7 +271,7 @@ async fn handshake(
     check_response(&response, request).map_err(Attempt::Protocol)?;
     let frame_bytes_max = frame_limit(&response);
     *reader.decoder_mut() = FrameDecoder::new(frame_bytes_max);
-    prove(&mut reader, &mut writer, auth, frame_bytes_max).await?;
+    prove(&mut reader, &mut writer, &options.auth, frame_bytes_max).await?;
     Ok(Established {
         reader,
         writer,
@@ -284,10 +280,17 @@ async fn handshake(
     })
 }
 
+/// Writes a message of the connection's setup and sends it (TLS holds
+/// records back until flushed).
+async fn write_now(writer: &mut WriteHalf, frame: &[u8]) -> Result<(), Attempt> {
+    writer.write_all(frame).await.map_err(Attempt::Io)?;
+    writer.flush().await.map_err(Attempt::Io)
+}
+
 /// The next frame of a connection being set up; `during` names the step
 /// for the error if the server closes it.
 async fn next_frame(
-    reader: &mut FramedRead<OwnedReadHalf, FrameDecoder>,
+    reader: &mut FramedRead<ReadHalf, FrameDecoder>,
     during: &str,
 ) -> Result<BytesMut, Attempt> {
     match reader.next().await {
@@ -304,8 +307,8 @@ async fn next_frame(
 /// Proves each of `auth` on a new connection, before anything else is sent
 /// on it: the session's requests then run with every id proved.
 async fn prove(
-    reader: &mut FramedRead<OwnedReadHalf, FrameDecoder>,
-    writer: &mut OwnedWriteHalf,
+    reader: &mut FramedRead<ReadHalf, FrameDecoder>,
+    writer: &mut WriteHalf,
     auth: &[AuthInfo],
     frame_bytes_max: usize,
 ) -> Result<(), Attempt> {
@@ -320,7 +323,7 @@ async fn prove(
         let mut frame = Vec::new();
         encode_frame(&request, frame_bytes_max, &mut frame)
             .map_err(|err| Attempt::Protocol(err.to_string()))?;
-        writer.write_all(&frame).await.map_err(Attempt::Io)?;
+        write_now(writer, &frame).await?;
         let payload = next_frame(reader, "authentication").await?;
         match codec::decode::<ServerMessage>(&payload) {
             Ok(ServerMessage::Reply {
@@ -461,14 +464,15 @@ impl Exit {
 enum Step {
     Frame(Option<Result<BytesMut, FrameError>>),
     Written(std::io::Result<usize>),
+    Flushed(std::io::Result<()>),
     Command(Option<Command>),
     Timer,
 }
 
 /// The socket of the current connection.
 struct Socket {
-    reader: FramedRead<OwnedReadHalf, FrameDecoder>,
-    writer: OwnedWriteHalf,
+    reader: FramedRead<ReadHalf, FrameDecoder>,
+    writer: WriteHalf,
 }
 
 pub(crate) struct Connection {
@@ -616,11 +620,19 @@ impl Connection {
         }
         self.arm_timer();
         let unsent = self.out.len() - self.out_sent;
+        // Only TLS ever owes a flush; a plain socket's writes are sent.
+        let flush_owed = socket.writer.needs_flush();
+        let (reader, writer) = (&mut socket.reader, &mut socket.writer);
+        let out = &self.out[self.out_sent..];
         tokio::select! {
-            frame = socket.reader.next() => Step::Frame(frame),
-            written = socket.writer.write(&self.out[self.out_sent..]), if unsent > 0 => {
-                Step::Written(written)
-            }
+            frame = reader.next() => Step::Frame(frame),
+            step = async {
+                if unsent > 0 {
+                    Step::Written(writer.write(out).await)
+                } else {
+                    Step::Flushed(writer.flush().await)
+                }
+            }, if unsent > 0 || flush_owed => step,
             // Taken even when they cannot be sent, into `held`, so their
             // deadlines are seen.
             command = self.commands.recv(), if self.receiving => Step::Command(command),
@@ -711,10 +723,11 @@ impl Connection {
                 self.on_written(written);
                 None
             }
-            Step::Written(Err(err)) => {
+            Step::Written(Err(err)) | Step::Flushed(Err(err)) => {
                 debug!(error = %err, "cannot write to server");
                 Some(self.lost())
             }
+            Step::Flushed(Ok(())) => None,
             Step::Command(Some(command)) => {
                 self.on_command(command);
                 None
@@ -1151,8 +1164,8 @@ impl Connection {
                     .options
                     .connect_timeout
                     .min((expires_at - now) / untried);
-                let auth = self.options.auth.clone();
-                let attempt = tokio::time::timeout(limit, handshake(&addr, &request, &auth));
+                let options = self.options.clone();
+                let attempt = tokio::time::timeout(limit, handshake(&addr, &request, &options));
                 match self.while_suspended(attempt).await? {
                     Ok(Ok(established)) => return Ok(established),
                     Ok(Err(Attempt::Refused {

@@ -74,6 +74,10 @@ pub enum Error {
     /// The server does not support this operation.
     #[error("operation not implemented by the server")]
     Unimplemented,
+    /// TLS options could not be made (a certificate or key file missing or
+    /// unreadable).
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// An argument is not valid (for example a TTL of 0, or bad client options).
     #[error("bad arguments")]
     BadArguments,
@@ -200,6 +204,7 @@ impl Error {
             Error::ConnectionLoss
             | Error::Timeout
             | Error::Connect { .. }
+            | Error::Tls(_)
             | Error::Closed
             | Error::WatchLagged
             | Error::WatchRemoved

@@ -100,6 +100,8 @@ mod resume;
 mod servers;
 mod session;
 mod state;
+mod tls;
+mod transport;
 mod watch;
 
 #[cfg(test)]
@@ -122,4 +124,5 @@ pub use options::{
 pub use resume::{RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, SET_WATCHES_PATH_OVERHEAD_BYTES};
 pub use servers::SERVERS_MAX;
 pub use state::{ConnectionState, StateStream, STATE_CHANGES_MAX};
+pub use tls::{TlsError, TlsOptions};
 pub use watch::{OneshotWatch, PersistentWatch, PERSISTENT_WATCH_EVENTS_MAX, WATCHERS_MAX};

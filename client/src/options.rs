@@ -9,6 +9,7 @@ use std::time::Duration;
 use arbor_protocol::SessionCredentials;
 
 use crate::error::Error;
+use crate::tls::TlsOptions;
 
 /// The session timeout asked for by default (the server clamps it to its range).
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,6 +76,9 @@ pub struct ClientOptions {
     /// Ids to prove on every connection, in order, before any request (see
     /// [`ClientOptions::with_auth`]).
     pub auth: Vec<AuthInfo>,
+    /// Connect over TLS with these settings (see [`ClientOptions::with_tls`]);
+    /// `None`: plain TCP.
+    pub tls: Option<TlsOptions>,
 }
 
 /// Credentials in one scheme, proved by the client on each connection.
@@ -104,6 +108,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("max_in_flight", &self.max_in_flight)
             .field("resume", &self.resume.map(|credentials| credentials.id))
             .field("auth", &self.auth)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -117,6 +122,7 @@ impl Default for ClientOptions {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             resume: None,
             auth: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -141,6 +147,26 @@ impl ClientOptions {
             scheme: scheme.to_owned(),
             credentials: credentials.into(),
         });
+        self
+    }
+
+    /// Connects to every server over TLS: each server's certificate must
+    /// come from the CA of `tls`, and the client presents its own
+    /// certificate if `tls` has one (the server's mutual TLS then makes its
+    /// subject the session's `x509` id). The connect string names the
+    /// servers' TLS ports.
+    ///
+    /// ```no_run
+    /// use arbor_client::{ClientOptions, TlsOptions};
+    ///
+    /// # fn example() -> Result<(), arbor_client::TlsError> {
+    /// let options = ClientOptions::default().with_tls(TlsOptions::new("ca.pem")?);
+    /// assert!(options.tls.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
         self
     }
 

@@ -73,6 +73,12 @@ pub struct Config {
     /// The digest id (`user:base64(sha1(user:password))`) whose session may
     /// do anything whatever the ACLs; `None`: no superuser.
     pub super_digest: Option<String>,
+    /// The certificate and key of the TLS client port, and the CA of
+    /// client certificates for mutual TLS; `None`: no TLS port.
+    pub tls: Option<crate::net::TlsFiles>,
+    /// The certificate, key and CA of ensemble peer TLS (mutual, always);
+    /// `None`: peers talk plain TCP.
+    pub peer_tls: Option<crate::net::TlsFiles>,
 }
 
 /// Who this member is and who the others are.
@@ -137,6 +143,8 @@ impl Default for Config {
             segment_bytes_max: SEGMENT_BYTES_DEFAULT,
             ensemble: None,
             super_digest: None,
+            tls: None,
+            peer_tls: None,
         }
     }
 }
@@ -165,6 +173,8 @@ pub enum ConfigError {
     },
     #[error("an ensemble has 1 to {ENSEMBLE_MEMBERS_MAX} members, not {count}")]
     MemberCount { count: usize },
+    #[error("peer TLS is for ensemble members: give --member-id and --member too")]
+    PeerTlsStandalone,
 }
 
 impl Config {
@@ -212,6 +222,9 @@ impl Config {
                 per_ip: self.connections_per_ip_max,
                 total: self.connections_max,
             });
+        }
+        if self.peer_tls.is_some() && self.ensemble.is_none() {
+            return Err(ConfigError::PeerTlsStandalone);
         }
         if let Some(ensemble) = &self.ensemble {
             if !(1..=ENSEMBLE_MEMBERS_MAX).contains(&ensemble.members.len()) {

@@ -23,7 +23,7 @@ use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
 use crate::config::{Config, ConfigError};
 use crate::context::Shared;
 use crate::housekeeping;
-use crate::net::{self, Listener};
+use crate::net::{self, Listener, TlsAcceptor};
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::{run_committer, Committer};
 use crate::storage::error::StorageError;
@@ -53,6 +53,12 @@ pub enum ServerError {
     Committer(#[source] std::io::Error),
     #[error("ensemble member: {0}")]
     Member(#[from] crate::cluster::bootstrap::MemberError),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::net::TlsError),
+    #[error("a TLS listener needs a certificate and key (--tls-cert, --tls-key)")]
+    TlsWithoutCertificate,
+    #[error("no listener: serve plain clients, TLS clients, or both")]
+    NoListener,
     #[error("i/o error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -65,6 +71,15 @@ pub struct Server {
     config: Config,
     clock: Clock,
     storage: OpenedStorage,
+    /// Loaded from `config.tls`, if set.
+    tls: Option<TlsAcceptor>,
+}
+
+/// Where a server takes clients: a plain listener, a TLS one (with the
+/// certificate of [`Config::tls`]), or both.
+pub struct Listeners<L> {
+    pub plain: Option<L>,
+    pub tls: Option<tokio::net::TcpListener>,
 }
 
 impl Server {
@@ -73,11 +88,15 @@ impl Server {
     /// server that prints its address is one that can answer.
     pub fn open(config: Config) -> Result<Self, ServerError> {
         config.validate()?;
+        // Before the data directory: a bad certificate is a setting to fix,
+        // found without touching the data.
+        let tls = config.tls.as_ref().map(TlsAcceptor::load).transpose()?;
         let storage = open_storage(&config)?;
         Ok(Self {
             config,
             clock: Clock::system(),
             storage,
+            tls,
         })
     }
 
@@ -101,7 +120,37 @@ impl Server {
         listener: L,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServerError> {
-        serve(self.config, self.clock, self.storage, listener, shutdown).await
+        let listeners = Listeners {
+            plain: Some(listener),
+            tls: None,
+        };
+        self.serve_on(listeners, shutdown).await
+    }
+
+    /// [`Server::serve`] on plain and TLS listeners: a TLS listener needs
+    /// [`Config::tls`].
+    pub async fn serve_on<L: Listener>(
+        self,
+        listeners: Listeners<L>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServerError> {
+        let tls = match (listeners.tls, self.tls) {
+            (Some(listener), Some(acceptor)) => Some((listener, acceptor)),
+            (Some(_), None) => return Err(ServerError::TlsWithoutCertificate),
+            (None, _) => None,
+        };
+        if listeners.plain.is_none() && tls.is_none() {
+            return Err(ServerError::NoListener);
+        }
+        serve(
+            self.config,
+            self.clock,
+            self.storage,
+            listeners.plain,
+            tls,
+            shutdown,
+        )
+        .await
     }
 }
 
@@ -124,11 +173,42 @@ pub async fn run<L: Listener>(
     server.serve(listener, shutdown).await
 }
 
+/// A connection just accepted, before any TLS handshake.
+enum Accepted<S> {
+    Plain(S),
+    Tls(tokio::net::TcpStream, TlsAcceptor),
+}
+
+/// The next connection of the TLS listener, with the acceptor for its
+/// handshake; never, if there is none.
+async fn accept_tls<S>(
+    tls: &mut Option<(tokio::net::TcpListener, TlsAcceptor)>,
+) -> std::io::Result<(Accepted<S>, std::net::SocketAddr)> {
+    match tls {
+        Some((listener, acceptor)) => {
+            let (stream, peer) = Listener::accept(listener).await?;
+            Ok((Accepted::Tls(stream, acceptor.clone()), peer))
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The next connection of `listener`; never, if there is none.
+async fn accept_on<L: Listener>(
+    listener: &mut Option<L>,
+) -> std::io::Result<(L::Stream, std::net::SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn serve<L: Listener>(
     config: Config,
     clock: Clock,
     storage: OpenedStorage,
-    mut listener: L,
+    mut plain: Option<L>,
+    mut tls: Option<(tokio::net::TcpListener, TlsAcceptor)>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let OpenedStorage { state, mode, lock } = storage;
@@ -197,20 +277,31 @@ async fn serve<L: Listener>(
     let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(shared.config.connections_max));
     let per_ip = Arc::new(PerIpLimit::new(shared.config.connections_per_ip_max));
-    info!(addr = ?listener.local_addr().ok(), "serving");
+    let plain_addr = plain
+        .as_ref()
+        .and_then(|listener| listener.local_addr().ok());
+    let tls_addr = tls
+        .as_ref()
+        .and_then(|(listener, _)| listener.local_addr().ok());
+    info!(addr = ?plain_addr, tls_addr = ?tls_addr, "serving");
+    let tls_handshake_timeout = Duration::from_millis(shared.config.handshake_timeout_ms);
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
+        let accepted = tokio::select! {
             () = &mut shutdown => break,
             () = shared.shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    warn!(error = %err, "accept failed");
-                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
-                    continue;
-                }
-            },
+            accepted = accept_on(&mut plain) => {
+                accepted.map(|(stream, peer)| (Accepted::Plain(stream), peer))
+            }
+            accepted = accept_tls(&mut tls) => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                warn!(error = %err, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                continue;
+            }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             let limit = shared.config.connections_max;
@@ -235,7 +326,16 @@ async fn serve<L: Listener>(
         };
         let shared = shared.clone();
         connections.spawn(async move {
-            net::serve(stream, peer, shared).await;
+            match stream {
+                Accepted::Plain(stream) => net::serve(stream, peer, None, shared).await,
+                Accepted::Tls(stream, acceptor) => {
+                    if let Some(secured) =
+                        acceptor.accept(stream, peer, tls_handshake_timeout).await
+                    {
+                        net::serve(secured.stream, peer, secured.subject, shared).await;
+                    }
+                }
+            }
             drop((slot, ip_slot));
         });
     }
@@ -398,7 +498,11 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
 
 /// Tells a refused client why, then closes: the frame goes out before the
 /// handshake, which the protocol allows for `Closing`.
-fn refuse<S: AsyncWrite + Send + Unpin + 'static>(mut stream: S, message: String) {
+fn refuse<S: AsyncWrite + Send + Unpin + 'static>(stream: Accepted<S>, message: String) {
+    // Before its handshake a TLS client cannot read anything we say.
+    let Accepted::Plain(mut stream) = stream else {
+        return;
+    };
     tokio::spawn(async move {
         let mut frame = Vec::new();
         let closing = ServerMessage::Closing {

@@ -8,6 +8,8 @@
 use std::net::IpAddr;
 
 use arbor_protocol::acl::{Acl, Id};
+
+use crate::acl::identity::Origin;
 use arbor_protocol::{MultiOp, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 use bincode::{Decode, Encode};
 
@@ -70,6 +72,22 @@ pub enum Txn {
         acl: Vec<Acl>,
         version: i32,
     },
+    // With TLS, a connection proves a certificate's subject too; these two
+    // replace `OpenSession` and `ClaimSession` (still applied from older
+    // logs, as connections that proved only their address).
+    /// Opens a session from a connection that proves `origin`.
+    OpenSessionFrom {
+        session_id: SessionId,
+        password: [u8; SESSION_PASSWORD_BYTES],
+        timeout_ms: u32,
+        origin: Origin,
+    },
+    /// `MoveSession`, from a connection that proves `origin`: the session's
+    /// address and certificate id become that connection's.
+    ClaimSessionFrom {
+        session_id: SessionId,
+        origin: Origin,
+    },
 }
 
 impl Txn {
@@ -83,6 +101,8 @@ impl Txn {
             | Txn::CreateSession { session_id, .. }
             | Txn::OpenSession { session_id, .. }
             | Txn::ClaimSession { session_id, .. }
+            | Txn::OpenSessionFrom { session_id, .. }
+            | Txn::ClaimSessionFrom { session_id, .. }
             | Txn::Authenticate { session_id, .. }
             | Txn::SetAcl { session_id, .. } => Some(*session_id),
             Txn::ReapContainer { .. } | Txn::ReapTtl { .. } => None,
@@ -126,6 +146,9 @@ impl Txn {
                 Txn::ReapContainer { path } | Txn::ReapTtl { path } => path.len(),
                 Txn::SetAcl { path, acl, .. } => path.len() + acl_bytes(acl),
                 Txn::Authenticate { id, .. } => id.scheme.len() + id.id.len(),
+                Txn::OpenSessionFrom { origin, .. } | Txn::ClaimSessionFrom { origin, .. } => {
+                    origin.x509.as_ref().map_or(0, String::len)
+                }
                 Txn::CreateSession { .. }
                 | Txn::OpenSession { .. }
                 | Txn::ClaimSession { .. }

@@ -22,6 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Decoder;
 
+pub mod certs;
+
 /// The tick tests run servers with: session timeouts clamp to [400, 4000] ms.
 pub const TEST_TICK_MS: u32 = 200;
 
@@ -38,7 +40,10 @@ pub struct TestServer {
     /// Snapshots this process logged as installed from its leader.
     snapshots_installed: std::sync::Arc<AtomicU64>,
     _stdin: Option<ChildStdin>,
+    /// The plain port's `host:port` (the TLS port's with `--listen off`).
     addr: String,
+    /// The TLS port's, when started with `--tls-listen`.
+    tls_addr: Option<String>,
     data_dir: PathBuf,
     /// Flags given at start, reused by `restart`.
     extra: Vec<String>,
@@ -183,13 +188,10 @@ impl TestServer {
     fn try_spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self, String> {
         let tick = TEST_TICK_MS.to_string();
         let dir = data_dir.to_string_lossy().into_owned();
-        let mut args = vec![
-            "--listen",
-            listen,
-            "--exit-on-stdin-close",
-            "--data-dir",
-            &dir,
-        ];
+        let mut args = vec!["--exit-on-stdin-close", "--data-dir", &dir];
+        if !extra.contains(&"--listen") {
+            args.extend_from_slice(&["--listen", listen]);
+        }
         // Test defaults, unless the test sets them itself.
         for (flag, value) in [("--tick-ms", tick.as_str()), ("--reap-interval-ms", "100")] {
             if !extra.contains(&flag) {
@@ -210,14 +212,31 @@ impl TestServer {
             .spawn()
             .expect("arbord starts");
         let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let Some(addr) = line.trim().strip_prefix("arbord listening on ") else {
+        let mut stdout = BufReader::new(stdout);
+        // One line per listener, plain first.
+        let plain_off = extra.windows(2).any(|pair| pair == ["--listen", "off"]);
+        let wants_tls = extra.contains(&"--tls-listen");
+        let mut listening = |prefix: &str| {
+            let mut line = String::new();
+            let _ = stdout.read_line(&mut line);
+            line.trim().strip_prefix(prefix).map(str::to_owned)
+        };
+        let plain = if plain_off {
+            Some(None)
+        } else {
+            listening("arbord listening on ").map(Some)
+        };
+        let tls = if wants_tls {
+            listening("arbord listening for TLS on ").map(Some)
+        } else {
+            Some(None)
+        };
+        let (Some(plain), Some(tls_addr)) = (plain, tls) else {
             let _ = child.kill();
             let output = child.wait_with_output().expect("arbord exits");
             return Err(String::from_utf8_lossy(&output.stderr).into_owned());
         };
-        let addr = addr.to_owned();
+        let addr = plain.or_else(|| tls_addr.clone()).expect("a listener");
         let leader_seen = std::sync::Arc::new(AtomicU64::new(NO_LEADER_SEEN));
         let snapshots_installed = std::sync::Arc::new(AtomicU64::new(0));
         if !log_to_terminal {
@@ -246,6 +265,7 @@ impl TestServer {
             snapshots_installed,
             _stdin: stdin,
             addr,
+            tls_addr,
             data_dir: data_dir.to_owned(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             owns_data: false,
@@ -255,6 +275,13 @@ impl TestServer {
     /// `host:port` of the server.
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// `host:port` of the server's TLS port.
+    pub fn tls_addr(&self) -> &str {
+        self.tls_addr
+            .as_deref()
+            .expect("the server was started with --tls-listen")
     }
 
     pub fn pid(&self) -> u32 {
@@ -333,6 +360,16 @@ impl TestEnsemble {
     /// Starts `count` members with `extra` flags each, and waits until they
     /// agree on a leader.
     pub fn start_with(count: usize, extra_flags: &[&str]) -> Self {
+        Self::start_with_member_flags(count, extra_flags, |_| Vec::new())
+    }
+
+    /// Like [`TestEnsemble::start_with`], and member `id` (from 1) also gets
+    /// `member_flags(id)` (its own certificate, say).
+    pub fn start_with_member_flags(
+        count: usize,
+        extra_flags: &[&str],
+        member_flags: impl Fn(u64) -> Vec<String>,
+    ) -> Self {
         let peers: Vec<String> = (0..count).map(|_| free_addr()).collect();
         let clients: Vec<String> = (0..count).map(|_| free_addr()).collect();
         let mut flags = Vec::new();
@@ -344,9 +381,11 @@ impl TestEnsemble {
         let members = (0..count)
             .map(|k| {
                 let id = (k + 1).to_string();
+                let own = member_flags(k as u64 + 1);
                 let mut extra: Vec<&str> = vec!["--member-id", &id];
                 extra.extend(flags.iter().map(String::as_str));
                 extra.extend_from_slice(extra_flags);
+                extra.extend(own.iter().map(String::as_str));
                 TestServer::spawn(dirs[k].path(), &clients[k], &extra)
             })
             .collect();
@@ -397,6 +436,20 @@ impl TestEnsemble {
     /// Member `id` (from 1).
     pub fn member(&mut self, id: u64) -> &mut TestServer {
         &mut self.members[id as usize - 1]
+    }
+
+    /// Starts a process that claims to be member `id` (its id and
+    /// addresses, stopped first by the caller) from `data_dir`, with
+    /// `extra` flags of its own: an impostor.
+    pub fn spawn_as(&self, id: u64, data_dir: &Path, extra: &[&str]) -> TestServer {
+        let id_text = id.to_string();
+        let mut flags: Vec<&str> = vec!["--member-id", &id_text];
+        for spec in &self.specs {
+            flags.extend(["--member", spec.as_str()]);
+        }
+        flags.extend_from_slice(extra);
+        let client = self.members[id as usize - 1].addr().to_owned();
+        TestServer::spawn(data_dir, &client, &flags)
     }
 
     /// Starts one more member with `--join` (not yet in the membership:

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use arbor_protocol::acl::{Acl, Id, Perms, ANYONE, IP, WORLD};
+use arbor_protocol::acl::{Acl, Id, Perms, ANYONE, IP, WORLD, X509};
 use bincode::{Decode, Encode};
 
 /// The identities a session holds: the address of its connection, and the
@@ -17,6 +17,16 @@ pub struct Identity {
     pub ids: Vec<Id>,
     /// Proved the server's superuser credentials: every check passes.
     pub superuser: bool,
+}
+
+/// What a connection proves by itself, before any auth request: the
+/// client's address, and with mutual TLS the subject of its certificate.
+/// Both belong to the connection: a session resumed on another connection
+/// holds that one's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
+pub struct Origin {
+    pub ip: Option<IpAddr>,
+    pub x509: Option<String>,
 }
 
 /// A session that proved nothing and has no address: what `world` grants.
@@ -44,6 +54,37 @@ impl Identity {
             ip,
             ..Identity::default()
         }
+    }
+
+    /// A session opened from a connection that proves `origin`.
+    pub fn from_origin(origin: &Origin) -> Identity {
+        Identity {
+            ip: origin.ip,
+            ids: origin
+                .x509
+                .iter()
+                .map(|subject| Id::new(X509, subject.clone()))
+                .collect(),
+            superuser: false,
+        }
+    }
+
+    /// The session moved to a connection that proves `origin`: the address
+    /// and certificate id are the new connection's; what the session proved
+    /// by auth requests it keeps.
+    pub fn move_to(&mut self, origin: &Origin) {
+        self.ip = origin.ip;
+        self.ids.retain(|id| id.scheme != X509);
+        if let Some(subject) = &origin.x509 {
+            self.ids.insert(0, Id::new(X509, subject.clone()));
+        }
+    }
+
+    /// Whether this identity already is what a connection proving `origin`
+    /// would make it (so a resume changes nothing).
+    pub fn holds(&self, origin: &Origin) -> bool {
+        let certified = self.ids.iter().find(|id| id.scheme == X509);
+        self.ip == origin.ip && certified.map(|id| &id.id) == origin.x509.as_ref()
     }
 
     /// Whether `acl` grants every permission of `wanted` to this identity.
@@ -160,6 +201,38 @@ mod tests {
         let v6 = Identity::from_ip(ip("fd00::17"));
         assert!(v6.may(&[Acl::new(Perms::READ, IP, "fd00::/8")], Perms::READ));
         assert!(!v6.may(&[Acl::new(Perms::READ, IP, "fe00::/8")], Perms::READ));
+    }
+
+    #[test]
+    fn certificate_ids_go_with_the_connection_and_proved_ids_stay() {
+        let certified = |subject: &str| Origin {
+            ip: ip("10.0.0.1"),
+            x509: Some(subject.to_owned()),
+        };
+        let mut carol = Identity::from_origin(&certified("CN=carol"));
+        carol.ids.push(Id::new(DIGEST, "carol:hash"));
+        let acl = [Acl::new(Perms::READ, X509, "CN=carol")];
+        assert!(carol.may(&acl, Perms::READ));
+        assert!(carol.holds(&certified("CN=carol")));
+
+        // Resumed over a plain connection: the certificate id is gone.
+        let plain = Origin {
+            ip: ip("10.0.0.2"),
+            x509: None,
+        };
+        assert!(!carol.holds(&plain));
+        carol.move_to(&plain);
+        assert!(!carol.may(&acl, Perms::READ));
+        assert_eq!(carol.ids, vec![Id::new(DIGEST, "carol:hash")]);
+        assert_eq!(carol.ip, ip("10.0.0.2"));
+
+        // Over another certificate: that one's id only.
+        carol.move_to(&certified("CN=dave"));
+        assert_eq!(
+            carol.ids,
+            vec![Id::new(X509, "CN=dave"), Id::new(DIGEST, "carol:hash")]
+        );
+        assert!(carol.holds(&certified("CN=dave")));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! * [`identity`]: who a session is; whether an ACL grants it a permission.
 //! * [`table`]: the distinct lists the tree's nodes use, each held once.
 //! * [`auth`]: proving an id (digest credentials) and the superuser.
+//! * [`x509`]: what a client certificate names (its `x509` id).
 //!
 //! Checks of a write run in apply, against the session's identity in the
 //! session table, so they see every earlier write in the log (a set-ACL
@@ -17,6 +18,7 @@ use std::borrow::Cow;
 pub mod auth;
 pub mod identity;
 pub mod table;
+pub mod x509;
 
 use arbor_protocol::acl::{Acl, Perms, ACL_ENTRIES_MAX, ACL_ID_BYTES_MAX, ANYONE, AUTH, DIGEST};
 use arbor_protocol::acl::{IP, WORLD, X509};

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use arbor_server::config::EnsembleConfig;
+use arbor_server::net::TlsFiles;
+use arbor_server::server::Listeners;
 use arbor_server::storage::txnlog::FsyncPolicy;
 use arbor_server::{Config, Server};
 use clap::Parser;
@@ -56,10 +58,36 @@ fn refuse_huge_pages() -> std::io::Result<()> {
 #[derive(Debug, Parser)]
 #[command(name = "arbord", version, about = "The Arbor coordination server")]
 struct Args {
-    /// Address to listen on for clients (port 0 picks a free port). Default:
-    /// 127.0.0.1:7181, or an ensemble member's client address from --member.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    /// Address to listen on for clients (port 0 picks a free port), or `off`
+    /// to take TLS clients only. Default: 127.0.0.1:7181, or an ensemble
+    /// member's client address from --member.
+    #[arg(long, value_parser = parse_listen)]
+    listen: Option<Listen>,
+    /// Address to listen on for TLS clients, beside (or, with `--listen
+    /// off`, instead of) the plain port. Needs --tls-cert and --tls-key.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls_listen: Option<SocketAddr>,
+    /// The TLS port's certificate chain (PEM, the server's own first).
+    #[arg(long, value_name = "PEM", requires = "tls_listen")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PEM", requires = "tls_listen")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: TLS clients must present a certificate this CA (PEM)
+    /// issued; its subject becomes the session's `x509` id.
+    #[arg(long, value_name = "PEM", requires = "tls_listen")]
+    tls_client_ca: Option<PathBuf>,
+    /// Ensemble peers speak TLS with this certificate (PEM), which names
+    /// this member: a DNS subject alternative name `arbor-member-ID`.
+    #[arg(long, value_name = "PEM", requires_all = ["member_id", "peer_tls_key", "peer_tls_ca"])]
+    peer_tls_cert: Option<PathBuf>,
+    /// The private key of --peer-tls-cert.
+    #[arg(long, value_name = "PEM", requires = "peer_tls_cert")]
+    peer_tls_key: Option<PathBuf>,
+    /// The CA (PEM) that issued every member's peer certificate: a peer is
+    /// accepted only with a certificate it issued naming a current member.
+    #[arg(long, value_name = "PEM", requires = "peer_tls_cert")]
+    peer_tls_ca: Option<PathBuf>,
     /// This server's id in an ensemble (one of the --member ids). Without
     /// it, the server runs standalone.
     #[arg(long, requires = "member")]
@@ -131,6 +159,22 @@ struct Args {
     verify: bool,
 }
 
+/// Where plain clients are taken: an address, or nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listen {
+    On(SocketAddr),
+    Off,
+}
+
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    if text == "off" {
+        return Ok(Listen::Off);
+    }
+    text.parse()
+        .map(Listen::On)
+        .map_err(|_| format!("{text:?} is not IP:PORT or `off`"))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Fsync {
     Always,
@@ -159,10 +203,16 @@ impl Args {
         }))
     }
 
-    /// Where clients connect: --listen, else a member's own client address.
-    fn listen(&self, config: &Config) -> anyhow::Result<SocketAddr> {
-        if let Some(addr) = self.listen {
-            return Ok(addr);
+    /// Where plain clients connect: --listen, else a member's own client
+    /// address; `None` with `--listen off`.
+    fn listen(&self, config: &Config) -> anyhow::Result<Option<SocketAddr>> {
+        match self.listen {
+            Some(Listen::On(addr)) => return Ok(Some(addr)),
+            Some(Listen::Off) if self.tls_listen.is_none() => {
+                anyhow::bail!("--listen off needs --tls-listen: the server would take no clients")
+            }
+            Some(Listen::Off) => return Ok(None),
+            None => {}
         }
         let text = match &config.ensemble {
             Some(ensemble) => ensemble
@@ -172,7 +222,24 @@ impl Args {
             None => LISTEN_DEFAULT,
         };
         text.parse()
+            .map(Some)
             .with_context(|| format!("client address {text:?} is not IP:PORT"))
+    }
+
+    fn tls(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
+
+    fn peer_tls(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.peer_tls_cert.clone()?,
+            key: self.peer_tls_key.clone()?,
+            client_ca: Some(self.peer_tls_ca.clone()?),
+        })
     }
 
     fn config(&self) -> anyhow::Result<Config> {
@@ -196,6 +263,8 @@ impl Args {
             segment_bytes_max: self.segment_bytes,
             ensemble: self.ensemble()?,
             super_digest: self.super_digest.clone(),
+            tls: self.tls(),
+            peer_tls: self.peer_tls(),
             ..Config::default()
         })
     }
@@ -276,24 +345,40 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("cannot listen on {listen}"))?;
-        let addr = listener
-            .local_addr()
-            .context("cannot read the listening address")?;
-        // Printed once the data directory is recovered and the port is bound:
-        // tests start arbord on port 0 and read this line to find it.
-        println!("arbord listening on {addr}");
+        let plain = match listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let tls = match args.tls_listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        // Printed once the data directory is recovered and the ports are
+        // bound, plain first: tests start arbord on port 0 and read these
+        // lines to find it.
+        for (listener, what) in [(&plain, ""), (&tls, "for TLS ")] {
+            if let Some(listener) = listener {
+                let addr = listener
+                    .local_addr()
+                    .context("cannot read the listening address")?;
+                println!("arbord listening {what}on {addr}");
+            }
+        }
         std::io::stdout()
             .flush()
             .context("cannot write to stdout")?;
         let stdin_closed = args.exit_on_stdin_close.then(stdin_closed);
         server
-            .serve(listener, shutdown_signal(stdin_closed))
+            .serve_on(Listeners { plain, tls }, shutdown_signal(stdin_closed))
             .await?;
         Ok(())
     })
+}
+
+async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
 }
 
 /// `--verify`: prints the report; an error is what a start would refuse with.

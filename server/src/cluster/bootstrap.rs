@@ -17,6 +17,7 @@ use super::member::{run_replicator, send_touches, watch_leadership, Member, FORW
 use super::network::PeerNetwork;
 use super::peer::RAFT_PAYLOAD_ENTRIES_MAX;
 use super::peer_server;
+use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
 use super::state_machine::{load_newest, ClusterStateMachine};
 use super::types::TypeConfig;
@@ -56,6 +57,8 @@ pub enum MemberError {
     MemberData { dir: PathBuf },
     #[error("raft: {0}")]
     Raft(String),
+    #[error("peer TLS: {0}")]
+    PeerTls(#[from] crate::net::TlsError),
     #[error("cannot listen for peers on {addr}: {source}")]
     PeerListen {
         addr: String,
@@ -70,6 +73,7 @@ pub struct MemberStorage {
     snapshot_dir: PathBuf,
     loaded_from: Option<PathBuf>,
     peer_listener: std::net::TcpListener,
+    peer_tls: Option<Arc<PeerTls>>,
 }
 
 /// Refuses to start a standalone server on a member's data directory.
@@ -97,6 +101,14 @@ pub fn open_storage(
     log_dir: &Path,
     snapshot_dir: &Path,
 ) -> Result<(StateMachine, MemberStorage), MemberError> {
+    // First: a bad certificate is a setting to fix, found before any data
+    // is touched.
+    let peer_tls = config
+        .peer_tls
+        .as_ref()
+        .map(PeerTls::load)
+        .transpose()?
+        .map(Arc::new);
     let standalone_log = std::fs::read_dir(log_dir)
         .map(|mut entries| entries.next().is_some())
         .unwrap_or(false);
@@ -127,6 +139,7 @@ pub fn open_storage(
         snapshot_dir: snapshot_dir.to_owned(),
         loaded_from,
         peer_listener,
+        peer_tls,
     };
     Ok((state, storage))
 }
@@ -169,13 +182,16 @@ pub async fn start(
         snapshot_dir,
         loaded_from,
         peer_listener,
+        peer_tls,
     } = storage;
     let id = ensemble.member_id;
     let state_machine = ClusterStateMachine::new(id, shared.clone(), &snapshot_dir, loaded_from);
     let raft = Raft::new(
         id,
         Arc::new(raft_config(&shared.config)?),
-        PeerNetwork,
+        PeerNetwork {
+            tls: peer_tls.clone(),
+        },
         log_store,
         state_machine,
     )
@@ -193,7 +209,12 @@ pub async fn start(
             warn!(error = %err, "not initializing the ensemble (another member did)");
         }
     }
-    let member = Arc::new(Member::new(id, raft.clone(), &ensemble.members));
+    let member = Arc::new(Member::new(
+        id,
+        raft.clone(),
+        &ensemble.members,
+        peer_tls.clone(),
+    ));
     shared.join_ensemble(member.clone());
     let stop = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -206,6 +227,7 @@ pub async fn start(
     let (forwards, forwarded) = mpsc::channel(FORWARDS_QUEUED_MAX);
     tasks.spawn(peer_server::serve(
         peer_listener,
+        peer_tls,
         raft.clone(),
         shared.clone(),
         forwards,

@@ -26,6 +26,7 @@ use tracing::{debug, info};
 
 use super::peer::{ForwardRefused, PeerClient, PeerError, PeerReply, PeerRequest};
 use super::peer_server::{change_member, read_index};
+use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
 use super::types::{Command, Outcome, TypeConfig, Write};
 use crate::context::{Ensemble, Shared};
@@ -68,6 +69,8 @@ pub struct Member {
     peers: parking_lot::Mutex<BTreeMap<MemberId, PeerClient>>,
     /// The leader this member knows of (`NO_LEADER`: none).
     leader: AtomicU64,
+    /// Peer TLS, for connections opened later.
+    tls: Option<Arc<PeerTls>>,
     /// Entries this member may have proposed and not yet seen committed
     /// while it leads ([`ENTRIES_IN_FLIGHT_MAX`]).
     entry_slots: Arc<Semaphore>,
@@ -78,15 +81,20 @@ impl Member {
         id: MemberId,
         raft: Raft<TypeConfig>,
         members: &BTreeMap<MemberId, MemberAddr>,
+        tls: Option<Arc<PeerTls>>,
     ) -> Self {
         let peers = members
             .iter()
             .filter(|(other, _)| **other != id)
-            .map(|(other, addr)| (*other, PeerClient::new(addr.peer.clone())))
+            .map(|(other, addr)| {
+                let client = PeerClient::new(*other, addr.peer.clone(), tls.clone());
+                (*other, client)
+            })
             .collect();
         Self {
             id,
             raft,
+            tls,
             peers: parking_lot::Mutex::new(peers),
             leader: AtomicU64::new(NO_LEADER),
             entry_slots: Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT_MAX)),
@@ -109,7 +117,7 @@ impl Member {
             .get_node(&id)?
             .peer
             .clone();
-        let peer = PeerClient::new(addr);
+        let peer = PeerClient::new(id, addr, self.tls.clone());
         peers.insert(id, peer.clone());
         Some(peer)
     }

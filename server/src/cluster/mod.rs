@@ -16,7 +16,8 @@
 //!   copy-on-write view and installable on a lagging member; it also keeps
 //!   which member owns each session;
 //! * [`peer`], [`network`], [`peer_server`]: the peer protocol over TCP
-//!   (raft's messages, forwarded writes, read indexes, session touches);
+//!   (raft's messages, forwarded writes, read indexes, session touches),
+//!   and [`peer_tls`]: members proving who they are to each other;
 //! * [`member`]: what a running member adds to the server (its write path,
 //!   who leads, `sync`, liveness at the leader); [`bootstrap`] starts and
 //!   stops it.
@@ -35,6 +36,7 @@ pub mod meta_file;
 pub mod network;
 pub mod peer;
 pub mod peer_server;
+pub mod peer_tls;
 pub mod records;
 pub mod state_machine;
 pub mod types;

@@ -10,16 +10,22 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 
+use std::sync::Arc;
+
 use super::peer::{PeerClient, PeerError, PeerReply, PeerRequest};
+use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
 use super::types::TypeConfig;
 
 type RpcError<E = openraft::error::Infallible> =
     RPCError<MemberId, MemberAddr, RaftError<MemberId, E>>;
 
-/// Makes connections to members by their peer address.
+/// Makes connections to members by their peer address (over peer TLS if
+/// `tls` is set).
 #[derive(Clone, Default)]
-pub struct PeerNetwork;
+pub struct PeerNetwork {
+    pub tls: Option<Arc<PeerTls>>,
+}
 
 pub struct PeerConnection {
     target: MemberId,
@@ -32,7 +38,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     async fn new_client(&mut self, target: MemberId, node: &MemberAddr) -> PeerConnection {
         PeerConnection {
             target,
-            client: PeerClient::new(node.peer.clone()),
+            client: PeerClient::new(target, node.peer.clone(), self.tls.clone()),
         }
     }
 }

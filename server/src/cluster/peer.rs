@@ -28,11 +28,13 @@ use openraft::raft::{
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracing::debug;
 
+use super::peer_tls::PeerTls;
 use super::records::MemberId;
 use super::types::{Command, Outcome, TypeConfig};
 
@@ -144,6 +146,11 @@ struct Outgoing {
     sent: Option<oneshot::Sender<Result<(), PeerError>>>,
 }
 
+/// A peer connection's bytes: TCP, or TLS over it (boxed: a vtable call
+/// per poll is nothing next to a raft message).
+pub trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerStream for T {}
+
 /// A connection to one peer, opened on first use and again after a failure;
 /// requests on it are pipelined.
 #[derive(Clone)]
@@ -152,12 +159,25 @@ pub struct PeerClient {
     queue: mpsc::Sender<Outgoing>,
 }
 
+/// Whom a [`PeerClient`] connects to, and how.
+struct Target {
+    id: MemberId,
+    addr: String,
+    tls: Option<Arc<PeerTls>>,
+}
+
 impl PeerClient {
-    /// A client for the member at `addr`; its connection task runs until
-    /// every clone is dropped.
-    pub fn new(addr: String) -> Self {
+    /// A client for member `id` at `addr`, over peer TLS if `tls` is set
+    /// (the member's certificate must then name it); its connection task
+    /// runs until every clone is dropped.
+    pub fn new(id: MemberId, addr: String, tls: Option<Arc<PeerTls>>) -> Self {
         let (queue, requests) = mpsc::channel(PEER_REQUESTS_IN_FLIGHT_MAX);
-        tokio::spawn(run_client(addr.clone(), requests));
+        let target = Target {
+            id,
+            addr: addr.clone(),
+            tls,
+        };
+        tokio::spawn(run_client(target, requests));
         Self { addr, queue }
     }
 
@@ -226,17 +246,26 @@ impl PeerClient {
     }
 }
 
-async fn run_client(addr: String, mut requests: mpsc::Receiver<Outgoing>) {
+/// Opens a connection to `target`: TCP, then TLS if it is configured.
+async fn open(target: &Target) -> std::io::Result<Box<dyn PeerStream>> {
+    let stream = tokio::time::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(&target.addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    let _ = stream.set_nodelay(true);
+    Ok(match &target.tls {
+        Some(tls) => Box::new(tls.connect(stream, target.id).await?),
+        None => Box::new(stream),
+    })
+}
+
+async fn run_client(target: Target, mut requests: mpsc::Receiver<Outgoing>) {
+    let addr = target.addr.clone();
     let mut next_id = 0u64;
     while let Some(first) = requests.recv().await {
-        let connected = tokio::time::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(&addr)).await;
-        let stream = match connected {
-            Ok(Ok(stream)) => stream,
-            failed => {
-                let reason = match failed {
-                    Ok(Err(err)) => err.to_string(),
-                    _ => "connect timed out".to_owned(),
-                };
+        let stream = match open(&target).await {
+            Ok(stream) => stream,
+            Err(err) => {
+                let reason = err.to_string();
                 let unreachable = PeerError::Unreachable {
                     addr: addr.clone(),
                     reason,
@@ -248,7 +277,6 @@ async fn run_client(addr: String, mut requests: mpsc::Receiver<Outgoing>) {
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let mut framed = Framed::new(stream, codec());
         let waiting: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
         let mut pending = Some(first);

@@ -17,8 +17,10 @@ use tracing::{debug, info, warn};
 
 use super::member::Forwarded;
 use super::peer::{
-    codec, decode, encode, ForwardRefused, PeerReply, PeerRequest, PEER_REQUESTS_IN_FLIGHT_MAX,
+    codec, decode, encode, ForwardRefused, PeerReply, PeerRequest, PeerStream,
+    PEER_REQUESTS_IN_FLIGHT_MAX,
 };
+use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
 use super::types::TypeConfig;
 use crate::context::Shared;
@@ -35,15 +37,17 @@ struct Answer<T> {
     body: T,
 }
 
-/// Accepts peer connections until `stop`.
+/// Accepts peer connections until `stop`; with `tls`, only from members
+/// whose certificate names them (see [`super::peer_tls`]).
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<PeerTls>>,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     forwards: mpsc::Sender<Forwarded>,
     stop: CancellationToken,
 ) {
-    info!(addr = ?listener.local_addr().ok(), "serving peers");
+    info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "serving peers");
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.cancelled() => return,
@@ -57,19 +61,48 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        debug!(%peer, "peer connected");
-        tokio::spawn(serve_connection(
-            stream,
-            raft.clone(),
-            shared.clone(),
-            forwards.clone(),
-            stop.clone(),
-        ));
+        let (raft, shared, forwards, stop) =
+            (raft.clone(), shared.clone(), forwards.clone(), stop.clone());
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let stream: Box<dyn PeerStream> = match tls {
+                None => Box::new(stream),
+                Some(tls) => {
+                    let is_member = |id| is_member(&raft, &shared, id);
+                    match tls.accept(stream, peer, is_member).await {
+                        Some((stream, member)) => {
+                            debug!(%peer, member, "member connected over TLS");
+                            Box::new(stream)
+                        }
+                        None => return,
+                    }
+                }
+            };
+            debug!(%peer, "peer connected");
+            serve_connection(stream, raft, shared, forwards, stop).await;
+        });
     }
 }
 
+/// Whether `id` is a member of the ensemble as this member knows it: the
+/// membership in its log, or before it has one (a new or joining member),
+/// the members it was started with.
+fn is_member(raft: &Raft<TypeConfig>, shared: &Shared, id: MemberId) -> bool {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow();
+    let membership = metrics.membership_config.membership();
+    if membership.nodes().next().is_some() {
+        return membership.get_node(&id).is_some();
+    }
+    shared
+        .config
+        .ensemble
+        .as_ref()
+        .is_some_and(|ensemble| ensemble.members.contains_key(&id))
+}
+
 async fn serve_connection(
-    stream: TcpStream,
+    stream: Box<dyn PeerStream>,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     forwards: mpsc::Sender<Forwarded>,

@@ -368,7 +368,9 @@ impl ClusterStateMachine {
                                 Txn::CreateSession { .. }
                                 | Txn::OpenSession { .. }
                                 | Txn::MoveSession { .. }
-                                | Txn::ClaimSession { .. } => {
+                                | Txn::ClaimSession { .. }
+                                | Txn::OpenSessionFrom { .. }
+                                | Txn::ClaimSessionFrom { .. } => {
                                     changes.insert(session_id, proposer.or(owner));
                                 }
                                 // The leader's decision, not a request of the session.

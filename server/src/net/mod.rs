@@ -5,8 +5,10 @@ mod connection;
 mod listener;
 pub mod outbound;
 mod registry;
+pub mod tls;
 
 pub use connection::serve;
 pub use listener::Listener;
 pub use outbound::{Outbound, OutboundSender, OutboundTotal};
 pub use registry::{ConnectionHandle, ConnectionRegistry};
+pub use tls::{TlsAcceptor, TlsError, TlsFiles};

@@ -7,12 +7,11 @@
 //! for the watch manager and the session changes for the tracker.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use arbor_protocol::{ErrorCode, OpResult, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 
-use crate::acl::identity::{ANYBODY, AUTH_IDS_PER_SESSION_MAX};
+use crate::acl::identity::{Origin, ANYBODY, AUTH_IDS_PER_SESSION_MAX};
 use crate::acl::Identity;
 use crate::cluster::records::AppliedPosition;
 use crate::tree::{Change, DataTree, TreeView, Writer};
@@ -129,7 +128,7 @@ impl StateMachine {
         session_id: SessionId,
         password: [u8; SESSION_PASSWORD_BYTES],
         timeout_ms: u32,
-        ip: Option<IpAddr>,
+        origin: &Origin,
     ) -> (Result<OpResult, ErrorCode>, Option<SessionChange>) {
         if self.sessions.contains_key(&session_id) {
             return (Err(ErrorCode::SessionMoved), None);
@@ -137,7 +136,7 @@ impl StateMachine {
         let record = SessionRecord {
             timeout_ms,
             password,
-            identity: Arc::new(Identity::from_ip(ip)),
+            identity: Arc::new(Identity::from_origin(origin)),
         };
         self.sessions.insert(session_id, record);
         let started = SessionChange::Started {
@@ -145,6 +144,22 @@ impl StateMachine {
             timeout_ms,
         };
         (Ok(OpResult::Pong), Some(started))
+    }
+
+    /// A session moved to a connection that proves `origin`.
+    fn claim_session(
+        &mut self,
+        session_id: SessionId,
+        origin: &Origin,
+    ) -> Result<OpResult, ErrorCode> {
+        let record = self
+            .sessions
+            .get_mut(&session_id)
+            .ok_or(ErrorCode::SessionExpired)?;
+        if !record.identity.holds(origin) {
+            Arc::make_mut(&mut record.identity).move_to(origin);
+        }
+        Ok(OpResult::Pong)
     }
 
     /// Adds a proved id to a session's identity (once; at most
@@ -185,7 +200,7 @@ impl StateMachine {
                 timeout_ms,
             } => {
                 let (result, started) =
-                    self.open_session(*session_id, *password, *timeout_ms, None);
+                    self.open_session(*session_id, *password, *timeout_ms, &Origin::default());
                 session = started;
                 result
             }
@@ -195,7 +210,12 @@ impl StateMachine {
                 timeout_ms,
                 ip,
             } => {
-                let (result, started) = self.open_session(*session_id, *password, *timeout_ms, *ip);
+                let origin = Origin {
+                    ip: *ip,
+                    x509: None,
+                };
+                let (result, started) =
+                    self.open_session(*session_id, *password, *timeout_ms, &origin);
                 session = started;
                 result
             }
@@ -248,15 +268,25 @@ impl StateMachine {
                 id,
                 superuser,
             } => self.authenticate(*session_id, id, *superuser),
-            Txn::ClaimSession { session_id, ip } => match self.sessions.get_mut(session_id) {
-                None => Err(ErrorCode::SessionExpired),
-                Some(record) => {
-                    if record.identity.ip != *ip {
-                        Arc::make_mut(&mut record.identity).ip = *ip;
-                    }
-                    Ok(OpResult::Pong)
-                }
-            },
+            Txn::ClaimSession { session_id, ip } => {
+                let origin = Origin {
+                    ip: *ip,
+                    x509: None,
+                };
+                self.claim_session(*session_id, &origin)
+            }
+            Txn::OpenSessionFrom {
+                session_id,
+                password,
+                timeout_ms,
+                origin,
+            } => {
+                let (result, started) =
+                    self.open_session(*session_id, *password, *timeout_ms, origin);
+                session = started;
+                result
+            }
+            Txn::ClaimSessionFrom { session_id, origin } => self.claim_session(*session_id, origin),
             Txn::ReapContainer { path } => self
                 .tree
                 .reap_container(path, zxid, &mut changes)

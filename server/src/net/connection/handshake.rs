@@ -21,6 +21,7 @@ use tokio::io::AsyncRead;
 use tracing::info;
 
 use super::{closing, frame_error_message, Frames};
+use crate::acl::identity::Origin;
 use crate::context::Shared;
 use crate::net::ConnectionHandle;
 use crate::pipeline::prep::sessions::{self, Refusal};
@@ -35,6 +36,7 @@ pub(super) async fn handshake<S: AsyncRead>(
     shared: &Arc<Shared>,
     handle: ConnectionHandle,
     peer: SocketAddr,
+    origin: Origin,
 ) -> Result<SessionId, Option<ServerMessage>> {
     let request = first_request(frames, shared).await?;
     let server_zxid = shared.last_zxid();
@@ -47,7 +49,7 @@ pub(super) async fn handshake<S: AsyncRead>(
     }
     let refused = |Refusal { code, message }| Some(closing(code, message));
     let grant = match request.session {
-        None => sessions::open(shared, request.session_timeout_ms, peer.ip()).await,
+        None => sessions::open(shared, request.session_timeout_ms, origin.clone()).await,
         Some(credentials) => sessions::check(shared, credentials.id, credentials.password),
     }
     .map_err(refused)?;
@@ -81,7 +83,7 @@ pub(super) async fn handshake<S: AsyncRead>(
         }
     }
     if request.session.is_some() {
-        if let Err(refusal) = sessions::claim(shared, session_id, peer.ip()).await {
+        if let Err(refusal) = sessions::claim(shared, session_id, origin.clone()).await {
             shared.connections.lock().detach(session_id, connection_id);
             return Err(refused(refusal));
         }
@@ -105,7 +107,7 @@ pub(super) async fn handshake<S: AsyncRead>(
     {
         return Err(None);
     }
-    info!(session_id, connection_id, %peer, timeout_ms = grant.timeout_ms, resumed = request.session.is_some(), "session connected");
+    info!(session_id, connection_id, %peer, timeout_ms = grant.timeout_ms, resumed = request.session.is_some(), x509 = origin.x509.as_deref(), "session connected");
     Ok(session_id)
 }
 

@@ -44,6 +44,7 @@ use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::acl::identity::Origin;
 use crate::context::Shared;
 use crate::net::{outbound, ConnectionHandle};
 use crate::pipeline::commit::WriteResult;
@@ -117,8 +118,9 @@ fn frame_error_message(err: &FrameError) -> Option<ServerMessage> {
 }
 
 /// Serves one connection until the client leaves, breaks the protocol, its
-/// session ends, or the server shuts down.
-pub async fn serve<S>(stream: S, peer: SocketAddr, shared: Arc<Shared>)
+/// session ends, or the server shuts down. `subject` is the client
+/// certificate's, on a mutual-TLS connection.
+pub async fn serve<S>(stream: S, peer: SocketAddr, subject: Option<String>, shared: Arc<Shared>)
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
@@ -151,7 +153,11 @@ where
         closer: closer.clone(),
         reader_done: reader_done.clone(),
     };
-    match handshake::handshake(&mut frames, &shared, handle, peer).await {
+    let origin = Origin {
+        ip: Some(peer.ip()),
+        x509: subject,
+    };
+    match handshake::handshake(&mut frames, &shared, handle, peer, origin).await {
         Ok(session_id) => {
             let mut queues = reader::Queues::new(outbound.clone(), shared.clone(), session_id);
             reader::read_loop(&mut frames, &mut queues, &shared, session_id, &closer).await;

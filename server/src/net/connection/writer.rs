@@ -40,7 +40,12 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         // once the connection is told to close, a blocked write is abandoned.
         let written = tokio::select! {
             biased;
-            written = sink.write_all(&buf) => written,
+            // The flush is for TLS, which may hold records back after a
+            // write returns; on a plain socket it returns at once.
+            written = async {
+                sink.write_all(&buf).await?;
+                sink.flush().await
+            } => written,
             () = closer.cancelled() => break 'write,
         };
         if let Err(err) = written {

@@ -3,11 +3,11 @@
 //! against the session table (password, liveness), then claimed through
 //! the log, which orders it after every request the session made before.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use arbor_protocol::{ErrorCode, SessionId, SESSION_PASSWORD_BYTES};
 
+use crate::acl::identity::Origin;
 use crate::context::Shared;
 use crate::session::negotiate_timeout_ms;
 use crate::txn::Txn;
@@ -41,9 +41,10 @@ impl Refusal {
     }
 }
 
-/// Opens a session for a client at `ip` with a timeout negotiated from
-/// `requested_ms`; answers once its creation is applied here.
-pub async fn open(shared: &Shared, requested_ms: u32, ip: IpAddr) -> Result<Grant, Refusal> {
+/// Opens a session for a client whose connection proves `origin`, with a
+/// timeout negotiated from `requested_ms`; answers once its creation is
+/// applied here.
+pub async fn open(shared: &Shared, requested_ms: u32, origin: Origin) -> Result<Grant, Refusal> {
     let timeout_ms = negotiate_timeout_ms(requested_ms, shared.config.tick_ms);
     let session_id = loop {
         let id: u64 = rand::random();
@@ -52,11 +53,21 @@ pub async fn open(shared: &Shared, requested_ms: u32, ip: IpAddr) -> Result<Gran
         }
     };
     let password: [u8; SESSION_PASSWORD_BYTES] = rand::random();
-    let txn = Txn::OpenSession {
-        session_id,
-        password,
-        timeout_ms,
-        ip: Some(ip),
+    // Without a certificate, the txn members of an older release read too:
+    // an ensemble can be upgraded one member at a time.
+    let txn = match origin.x509 {
+        None => Txn::OpenSession {
+            session_id,
+            password,
+            timeout_ms,
+            ip: origin.ip,
+        },
+        Some(_) => Txn::OpenSessionFrom {
+            session_id,
+            password,
+            timeout_ms,
+            origin,
+        },
     };
     // Found already there on a second try: an earlier try went through.
     propose_through_leader_changes(shared, txn, |attempt, code| {
@@ -110,11 +121,14 @@ pub fn check(
 /// is answered, so the client's next request sees them, as a session's
 /// requests must. In an ensemble any write the session might still make
 /// through another member is refused after it with `SessionMoved`. The
-/// session's address becomes `ip`, the new connection's.
-pub async fn claim(shared: &Shared, session_id: SessionId, ip: IpAddr) -> Result<(), Refusal> {
-    let txn = Txn::ClaimSession {
-        session_id,
-        ip: Some(ip),
+/// session's address and certificate id become the new connection's.
+pub async fn claim(shared: &Shared, session_id: SessionId, origin: Origin) -> Result<(), Refusal> {
+    let txn = match origin.x509 {
+        None => Txn::ClaimSession {
+            session_id,
+            ip: origin.ip,
+        },
+        Some(_) => Txn::ClaimSessionFrom { session_id, origin },
     };
     propose_through_leader_changes(shared, txn, |_, _| false)
         .await
