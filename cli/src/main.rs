@@ -15,6 +15,7 @@ mod error;
 mod output;
 mod shell;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -50,6 +51,17 @@ struct Global {
     /// variable.
     #[arg(long, global = true, value_name = "USER:PASSWORD", value_parser = Credentials::parse)]
     auth: Option<Credentials>,
+    /// Connect over TLS, trusting the CA certificates of this PEM file
+    /// [default: $ARBOR_TLS_CA]. --server then names TLS ports.
+    #[arg(long, global = true, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+    /// With --tls-ca: present this client certificate (PEM) to servers
+    /// that require one [default: $ARBOR_TLS_CERT].
+    #[arg(long, global = true, value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM) [default: $ARBOR_TLS_KEY].
+    #[arg(long, global = true, value_name = "PEM")]
+    tls_key: Option<PathBuf>,
     /// Connect and request timeout, such as `5s` or `500ms`.
     #[arg(long, global = true, default_value = "5s", value_parser = duration::parse)]
     timeout: Duration,
@@ -100,6 +112,37 @@ impl Global {
                 .filter(|s| !s.is_empty())
                 .map(Credentials)
         })
+    }
+}
+
+/// A path flag, else its environment variable (unset or empty: none).
+fn path_or_env(flag: &Option<PathBuf>, variable: &str) -> Option<PathBuf> {
+    flag.clone().or_else(|| {
+        std::env::var_os(variable)
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+impl Global {
+    /// TLS settings from `--tls-ca`/`--tls-cert`/`--tls-key` (or their
+    /// variables); `None` without a CA.
+    fn tls(&self) -> anyhow::Result<Option<arbor_client::TlsOptions>> {
+        let ca = path_or_env(&self.tls_ca, "ARBOR_TLS_CA");
+        let cert = path_or_env(&self.tls_cert, "ARBOR_TLS_CERT");
+        let key = path_or_env(&self.tls_key, "ARBOR_TLS_KEY");
+        let Some(ca) = ca else {
+            if cert.is_some() || key.is_some() {
+                anyhow::bail!("--tls-cert and --tls-key need --tls-ca (the CA that issued the server's certificate)");
+            }
+            return Ok(None);
+        };
+        let tls = arbor_client::TlsOptions::new(ca)?;
+        match (cert, key) {
+            (Some(cert), Some(key)) => Ok(Some(tls.with_client_certificate(cert, key)?)),
+            (None, None) => Ok(Some(tls)),
+            _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+        }
     }
 }
 

@@ -21,6 +21,9 @@ fn arbor_at(addr: &str, args: &[&str], stdin: &[u8]) -> Output {
         .args(args)
         // Only what a test passes proves an id.
         .env_remove("ARBOR_AUTH")
+        .env_remove("ARBOR_TLS_CA")
+        .env_remove("ARBOR_TLS_CERT")
+        .env_remove("ARBOR_TLS_KEY")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -711,6 +714,56 @@ fn acls_from_the_command_line() {
     assert_eq!(
         arbor_json(&server, &["whoami"]),
         serde_json::json!({"ids": [{"scheme": "ip", "id": "127.0.0.1"}]})
+    );
+}
+
+// Proves --tls-ca/--tls-cert/--tls-key reach a mutual-TLS port (whoami shows the certificate's x509 id), that the
+// ARBOR_TLS_* variables do the same, that no certificate is refused as unreachable (exit 3), and that half a pair is a
+// usage error.
+#[test]
+fn tls_flags_and_variables_reach_a_mutual_tls_port() {
+    use arbor_tests::certs::TestCa;
+    let ca = TestCa::new("cli-ca");
+    let server_files = ca.server("server");
+    let alice = ca.client("alice", &[(rcgen::DnType::CommonName, "alice")]);
+    let path = |path: &std::path::Path| path.to_str().expect("utf-8 path").to_owned();
+    let (ca_path, cert, key) = (path(&ca.ca()), path(&alice.cert), path(&alice.key));
+    let server = TestServer::start_with(&[
+        "--tls-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &path(&server_files.cert),
+        "--tls-key",
+        &path(&server_files.key),
+        "--tls-client-ca",
+        &ca_path,
+    ]);
+    let tls = |args: &[&str]| arbor_at(server.tls_addr(), args, b"");
+    let flags = ["--tls-ca", &ca_path, "--tls-cert", &cert, "--tls-key", &key];
+    let whoami = tls(&[&flags[..], &["whoami"]].concat());
+    assert_ok(&whoami);
+    assert_eq!(stdout(&whoami), "ip:127.0.0.1\nx509:CN=alice\n");
+
+    let by_env = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.tls_addr(), "whoami"])
+        .env_remove("ARBOR_AUTH")
+        .env("ARBOR_TLS_CA", &ca_path)
+        .env("ARBOR_TLS_CERT", &cert)
+        .env("ARBOR_TLS_KEY", &key)
+        .output()
+        .expect("arbor runs");
+    assert_eq!(stdout(&by_env), "ip:127.0.0.1\nx509:CN=alice\n");
+
+    let anonymous = tls(&["--tls-ca", &ca_path, "ls", "/"]);
+    assert_eq!(anonymous.status.code(), Some(3), "{}", stderr(&anonymous));
+    let half = tls(&["--tls-ca", &ca_path, "--tls-cert", &cert, "ls", "/"]);
+    assert!(!half.status.success());
+    assert!(stderr(&half).contains("--tls-cert and --tls-key go together"));
+    let missing = tls(&["--tls-ca", "/nonexistent/ca.pem", "ls", "/"]);
+    assert!(
+        stderr(&missing).contains("/nonexistent/ca.pem"),
+        "{}",
+        stderr(&missing)
     );
 }
 

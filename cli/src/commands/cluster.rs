@@ -99,11 +99,8 @@ struct View {
     status: Option<ClusterStatus>,
 }
 
-async fn ask(addr: &str, global: &Global) -> Option<ClusterStatus> {
-    let options = ClientOptions::default()
-        .with_connect_timeout(global.timeout)
-        .with_request_timeout(global.timeout);
-    let client = Client::connect(addr, options).await.ok()?;
+async fn ask(addr: &str, options: &ClientOptions) -> Option<ClusterStatus> {
+    let client = Client::connect(addr, options.clone()).await.ok()?;
     let status = client.cluster_status().await.ok();
     client.close().await.ok();
     status
@@ -111,11 +108,12 @@ async fn ask(addr: &str, global: &Global) -> Option<ClusterStatus> {
 
 async fn status(global: &Global, out: &Output) -> anyhow::Result<()> {
     let server = global.server();
+    let (options, _user) = super::client_options(global)?;
     let mut views = Vec::new();
     for addr in server.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         views.push(View {
             addr: addr.to_owned(),
-            status: ask(addr, global).await,
+            status: ask(addr, &options).await,
         });
     }
     if views.iter().all(|view| view.status.is_none()) {

@@ -107,14 +107,16 @@ impl NodeCommand {
     }
 }
 
-/// Connects to `global.server`, with `global.timeout` as both the connect
-/// and the request timeout, proving `global.auth()` (digest) if given.
-/// Malformed or refused credentials are reported as [`AuthFailed`] (without
-/// the password); any other failure as [`Unreachable`].
-pub async fn connect(global: &Global) -> anyhow::Result<Client> {
+/// The options every connection of the CLI takes: `global.timeout` as both
+/// the connect and the request timeout, TLS if asked for, and
+/// `global.auth()` (digest) if given; with the digest user, for messages.
+pub fn client_options(global: &Global) -> anyhow::Result<(ClientOptions, Option<String>)> {
     let mut options = ClientOptions::default()
         .with_connect_timeout(global.timeout)
         .with_request_timeout(global.timeout);
+    if let Some(tls) = global.tls()? {
+        options = options.with_tls(tls);
+    }
     let mut user = None;
     if let Some(credentials) = global.auth() {
         // Checked here with the server's own rule, so a typo is caught
@@ -125,6 +127,14 @@ pub async fn connect(global: &Global) -> anyhow::Result<Client> {
         user = id.split_once(':').map(|(user, _)| user.to_owned());
         options = options.with_auth(DIGEST, credentials.as_str());
     }
+    Ok((options, user))
+}
+
+/// Connects to `global.server` with [`client_options`]. Malformed or
+/// refused credentials are reported as [`AuthFailed`] (without the
+/// password); any other failure as [`Unreachable`].
+pub async fn connect(global: &Global) -> anyhow::Result<Client> {
+    let (options, user) = client_options(global)?;
     let server = global.server();
     match Client::connect(&server, options).await {
         Ok(client) => Ok(client),
