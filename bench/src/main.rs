@@ -54,6 +54,10 @@ struct Cli {
     /// every other run).
     #[arg(long, global = true)]
     acl_heavy: bool,
+    /// Arbor only: connect over TLS, trusting the CA certificates of this
+    /// PEM file (--server then names the TLS port).
+    #[arg(long, global = true, value_name = "PEM")]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     workload: Workload,
 }
@@ -117,6 +121,12 @@ fn run(cli: Cli) -> Result<String> {
         }
         target::arbor::use_heavy_acls()?;
     }
+    if let Some(ca) = &cli.tls_ca {
+        if cli.target != Kind::Arbor {
+            return Err(anyhow::anyhow!("--tls-ca measures Arbor only"));
+        }
+        target::arbor::use_tls(ca)?;
+    }
     let env = Env {
         kind: cli.target,
         server: cli
@@ -151,6 +161,9 @@ fn run(cli: Cli) -> Result<String> {
         let mut report = report;
         if cli.acl_heavy {
             report.field("acl_heavy", true);
+        }
+        if cli.tls_ca.is_some() {
+            report.field("tls", true);
         }
         Ok::<_, anyhow::Error>(report.line())
     });

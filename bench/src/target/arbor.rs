@@ -7,7 +7,9 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::{anyhow, Result};
 use arbor_client::acl::digest_id;
-use arbor_client::{multi, Acl, Client, ClientOptions, CreateMode, Error, EventType, Perms};
+use arbor_client::{
+    multi, Acl, Client, ClientOptions, CreateMode, Error, EventType, Perms, TlsOptions,
+};
 
 use super::{ConnectOptions, NodeMode, WatchOutcome};
 
@@ -44,6 +46,16 @@ fn heavy_acl() -> Option<&'static Vec<Acl>> {
     HEAVY_ACL.get()
 }
 
+/// TLS settings every session connects with, once set (`--tls-ca`).
+static TLS: OnceLock<TlsOptions> = OnceLock::new();
+
+/// From now on every session connects over TLS, trusting the CA of `ca`
+/// (a PEM file): what TLS costs, against the plain port.
+pub fn use_tls(ca: &std::path::Path) -> Result<()> {
+    TLS.set(TlsOptions::new(ca)?)
+        .map_err(|_| anyhow!("TLS is already in use"))
+}
+
 pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Client> {
     let mut client_options = ClientOptions::default()
         .with_session_timeout(options.session_timeout)
@@ -51,6 +63,9 @@ pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Client> {
         .with_max_in_flight(options.max_in_flight);
     if heavy_acl().is_some() {
         client_options = client_options.with_auth("digest", HEAVY_ACL_CREDENTIALS);
+    }
+    if let Some(tls) = TLS.get() {
+        client_options = client_options.with_tls(tls.clone());
     }
     Client::connect(addr, client_options)
         .await
