@@ -244,6 +244,31 @@ fn tree_respects_depth() {
     assert!(!human.contains("c\n"), "{human}");
 }
 
+// Proves `tree` walks past a subtree it may not read, marking it, and that an unreadable root is exit 9.
+#[test]
+fn tree_shows_an_unreadable_subtree_and_goes_on() {
+    let server = TestServer::start();
+    let alice = stdout(&arbor(&server, &["digest", "alice:secret"]));
+    let closed = format!("digest:{}:cdrwa", alice.trim_end());
+    let as_alice = |args: &[&str]| arbor(&server, &[&["--auth", "alice:secret"], args].concat());
+    assert_ok(&arbor(&server, &["create", "/t"]));
+    assert_ok(&as_alice(&["create", "--acl", &closed, "/t/a"]));
+    assert_ok(&as_alice(&["create", "/t/a/secret"]));
+    assert_ok(&arbor(&server, &["create", "/t/b"]));
+    assert_ok(&arbor(&server, &["create", "/t/b/open"]));
+
+    let tree = arbor_json(&server, &["tree", "/t"]);
+    assert_eq!(tree["children"][0]["path"], "/t/a");
+    assert_eq!(tree["children"][0]["unreadable"], true);
+    assert_eq!(tree["children"][0]["children"], serde_json::json!([]));
+    assert_eq!(tree["children"][1]["children"][0]["path"], "/t/b/open");
+    let human = stdout(&arbor(&server, &["tree", "/t"]));
+    assert!(human.contains("a (not authorized)"), "{human}");
+    assert!(!human.contains("secret"), "{human}");
+    assert_eq!(stdout(&as_alice(&["tree", "/t/a"])), "/t/a\n└── secret\n");
+    assert_eq!(arbor(&server, &["tree", "/t/a"]).status.code(), Some(9));
+}
+
 // Proves `watch -r` prints a line for a node created by another command.
 #[test]
 fn watch_prints_creation_event() {
@@ -771,6 +796,12 @@ fn tls_flags_and_variables_reach_a_mutual_tls_port() {
 #[test]
 fn bad_auth_is_a_clear_failure() {
     let server = TestServer::start();
+    let version = arbor(&server, &["--auth", "nopassword", "version"]);
+    assert_eq!(
+        version.status.code(),
+        Some(10),
+        "version hides a bad --auth"
+    );
     let output = arbor(&server, &["--auth", "nopassword", "ls", "/"]);
     assert_eq!(output.status.code(), Some(10));
     assert_eq!(

@@ -34,6 +34,9 @@ struct TreeNode {
     name: String,
     /// Whether it has children that were not fetched (depth limit).
     truncated: bool,
+    /// Whether its children could not be listed: its ACL does not let this
+    /// session read it. The rest of the tree is still shown.
+    unreadable: bool,
     children: Vec<TreeNode>,
 }
 
@@ -51,6 +54,7 @@ pub async fn run(client: &Client, args: TreeArgs, out: &Output) -> anyhow::Resul
         args.path.clone(),
         stat.num_children,
         args.depth,
+        true,
         &mut budget,
     )
     .await?;
@@ -67,6 +71,7 @@ fn walk<'a>(
     name: String,
     num_children: u32,
     depth: Option<u32>,
+    root: bool,
     budget: &'a mut usize,
 ) -> Pin<Box<dyn Future<Output = anyhow::Result<TreeNode>> + 'a>> {
     Box::pin(async move {
@@ -74,6 +79,7 @@ fn walk<'a>(
             path,
             name,
             truncated: false,
+            unreadable: false,
             children: Vec::new(),
         };
         if num_children == 0 {
@@ -87,6 +93,12 @@ fn walk<'a>(
             Ok((children, _stat)) => children,
             // Deleted since its parent was listed: show it without children.
             Err(ClientError::NoNode { .. }) => return Ok(node),
+            // Below the root, one closed subtree does not hide the others; the
+            // root's own refusal is the command's (exit 9).
+            Err(ClientError::NoAuth) if !root => {
+                node.unreadable = true;
+                return Ok(node);
+            }
             Err(err) => return Err(err.into()),
         };
         children.sort_by(|a, b| a.name.cmp(&b.name));
@@ -103,6 +115,7 @@ fn walk<'a>(
                 child.name,
                 child.stat.num_children,
                 below,
+                false,
                 budget,
             )
             .await?;
@@ -118,6 +131,9 @@ fn to_json(node: &TreeNode) -> Value {
     if node.truncated {
         document["truncated"] = Value::Bool(true);
     }
+    if node.unreadable {
+        document["unreadable"] = Value::Bool(true);
+    }
     document
 }
 
@@ -127,8 +143,12 @@ fn render(node: &TreeNode, prefix: &str, out: &Output, text: &mut String) {
     for (index, child) in node.children.iter().enumerate() {
         let last = index + 1 == count;
         let branch = if last { "└── " } else { "├── " };
-        let more = if child.truncated { "/…" } else { "" };
-        let name = if child.truncated || !child.children.is_empty() {
+        let more = match (child.truncated, child.unreadable) {
+            (true, _) => "/…",
+            (_, true) => " (not authorized)",
+            _ => "",
+        };
+        let name = if child.truncated || child.unreadable || !child.children.is_empty() {
             out.paint(&child.name, Paint::Branch)
         } else {
             child.name.clone()

@@ -1,5 +1,6 @@
 //! `version`: the client's version, and the server's last zxid when the
-//! server answers within the timeout (an unreachable server is no error).
+//! server answers within the timeout (an unreachable server is no error;
+//! refused credentials are).
 
 use serde_json::json;
 
@@ -17,6 +18,9 @@ pub async fn run(global: &Global, out: &Output) -> anyhow::Result<()> {
             client.close().await.ok();
             synced.ok().map(|()| zxid)
         }
+        // An unreachable server is reported in the output; refused
+        // credentials or unusable TLS files are the user's to fix.
+        Err(err) if err.downcast_ref::<crate::error::Unreachable>().is_none() => return Err(err),
         Err(_) => None,
     };
     let document = json!({
