@@ -247,20 +247,30 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
     let temp = dir.join(format!("{}{TEMP_SUFFIX}", file_name(view.last_zxid)));
     let file = File::create(&temp).map_err(io_error(&temp))?;
     let mut out = BufWriter::with_capacity(IO_BUFFER_BYTES, file);
+    write_to(&mut out, view, &temp)?;
+    let file = out
+        .into_inner()
+        .map_err(|err| io_error(&temp)(err.into_error()))?;
+    file.sync_all().map_err(io_error(&temp))?;
+    drop(file);
+    fs::rename(&temp, &path).map_err(io_error(&path))?;
+    sync_dir(dir)?;
+    Ok(path)
+}
+
+/// Writes `view`'s snapshot bytes to `out`, naming `path` in errors: the
+/// file [`write`] makes, without the file, so the fuzz target can check that
+/// what [`load_from`] accepted is written back as the same state.
+pub fn write_to(out: &mut impl Write, view: &StateView, path: &Path) -> Result<(), SnapshotError> {
     let mut header = Vec::with_capacity(HEADER_BYTES);
     header.extend_from_slice(&SNAPSHOT_MAGIC);
     header.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_be_bytes());
     header.extend_from_slice(&view.last_zxid.to_be_bytes());
     header.extend_from_slice(&crc32c::crc32c(&header).to_be_bytes());
-    out.write_all(&header).map_err(io_error(&temp))?;
+    out.write_all(&header).map_err(io_error(path))?;
     let mut body = Vec::new();
     if view.replica != AppliedPosition::default() {
-        write_record(
-            &mut out,
-            &mut body,
-            &RecordOut::Replica(&view.replica),
-            &temp,
-        )?;
+        write_record(out, &mut body, &RecordOut::Replica(&view.replica), path)?;
     }
     for (id, record) in &view.sessions {
         let session = if *record.identity == Identity::default() {
@@ -277,10 +287,10 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
                 identity: &record.identity,
             }
         };
-        write_record(&mut out, &mut body, &session, &temp)?;
+        write_record(out, &mut body, &session, path)?;
     }
     for (id, acl) in view.tree.acls().iter() {
-        write_record(&mut out, &mut body, &RecordOut::AclList { id, acl }, &temp)?;
+        write_record(out, &mut body, &RecordOut::AclList { id, acl }, path)?;
     }
     // In the map's order, not sorted: loading links each node to its parent
     // by lookup once all are in (`TreeBuilder::finish`), and sorting a
@@ -306,21 +316,13 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
                 acl: node.acl_id(),
             }
         };
-        write_record(&mut out, &mut body, &record, &temp)?;
+        write_record(out, &mut body, &record, path)?;
     }
     let end = RecordOut::End {
         sessions: view.sessions.len() as u64,
         nodes: view.tree.len() as u64,
     };
-    write_record(&mut out, &mut body, &end, &temp)?;
-    let file = out
-        .into_inner()
-        .map_err(|err| io_error(&temp)(err.into_error()))?;
-    file.sync_all().map_err(io_error(&temp))?;
-    drop(file);
-    fs::rename(&temp, &path).map_err(io_error(&path))?;
-    sync_dir(dir)?;
-    Ok(path)
+    write_record(out, &mut body, &end, path)
 }
 
 fn write_record(
@@ -351,7 +353,12 @@ pub fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
 /// Reads and verifies a snapshot.
 pub fn load(path: &Path) -> Result<Loaded, SnapshotError> {
     let file = File::open(path).map_err(io_error(path))?;
-    let mut input = BufReader::with_capacity(IO_BUFFER_BYTES, file);
+    load_from(BufReader::with_capacity(IO_BUFFER_BYTES, file), path)
+}
+
+/// Reads and verifies a snapshot from `input`, naming `path` in errors:
+/// [`load`] without the file, so the fuzz target runs the loader a start runs.
+pub fn load_from(mut input: impl Read, path: &Path) -> Result<Loaded, SnapshotError> {
     let invalid = |reason: String| SnapshotError::Invalid {
         path: path.to_owned(),
         reason,

@@ -76,7 +76,7 @@ mod writer;
 mod tests;
 
 pub use format::{RECORD_BYTES_MAX, SEGMENT_PREFIX};
-pub use reader::{read_log, LogTail, SegmentInfo, TornTail};
+pub use reader::{read_log, read_segments, LogTail, SegmentInfo, TornTail};
 pub use writer::{
     FsyncPolicy, TxnLogOptions, TxnLogWriter, PREALLOCATE_BYTES_DEFAULT, PREALLOCATE_BYTES_MAX,
     SEGMENT_BYTES_DEFAULT,

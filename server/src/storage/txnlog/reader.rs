@@ -81,9 +81,29 @@ pub struct TornTail {
 pub fn read_log(
     dir: &Path,
     after_zxid: Zxid,
+    visit: impl FnMut(TxnEntry) -> Result<(), StorageError>,
+) -> Result<LogTail, StorageError> {
+    read_segments(&list_segments(dir)?, open_segment, after_zxid, visit)
+}
+
+fn open_segment(path: &Path) -> Result<(File, u64), StorageError> {
+    let file = File::open(path).map_err(StorageError::io("open", path))?;
+    let file_bytes = file
+        .metadata()
+        .map_err(StorageError::io("stat", path))?
+        .len();
+    Ok((file, file_bytes))
+}
+
+/// [`read_log`] over `listed` segments (first zxid from the name, path) in
+/// that order, whose bytes `open` gives with their length: `read_log` with
+/// files, the fuzz target with slices, so it tests the code recovery runs.
+pub fn read_segments<R: Read + Seek>(
+    listed: &[(Zxid, PathBuf)],
+    mut open: impl FnMut(&Path) -> Result<(R, u64), StorageError>,
+    after_zxid: Zxid,
     mut visit: impl FnMut(TxnEntry) -> Result<(), StorageError>,
 ) -> Result<LogTail, StorageError> {
-    let listed = list_segments(dir)?;
     let mut chain = Chain {
         after_zxid,
         last: None,
@@ -95,8 +115,11 @@ pub fn read_log(
     let mut body = Vec::new();
     for (index, (name_zxid, path)) in listed.iter().enumerate() {
         let is_last = index + 1 == listed.len();
-        let (info, torn) =
-            read_segment(path, *name_zxid, is_last, &mut chain, &mut body, &mut visit)?;
+        let (bytes, file_bytes) = open(path)?;
+        let segment = SegmentReader::new(path, bytes, file_bytes);
+        let (info, torn) = read_segment(
+            segment, *name_zxid, is_last, &mut chain, &mut body, &mut visit,
+        )?;
         debug!(path = %info.path.display(), first_zxid = info.first_zxid, last_zxid = ?info.last_zxid, valid_end = info.valid_end, "read segment");
         tail.segments.push(info);
         if torn.is_some() {
@@ -134,28 +157,16 @@ enum Stop {
     Bad(RecordProblem),
 }
 
-fn read_segment(
-    path: &Path,
+fn read_segment<R: Read + Seek>(
+    mut segment: SegmentReader<'_, R>,
     name_zxid: Zxid,
     is_last: bool,
     chain: &mut Chain,
     body: &mut Vec<u8>,
     visit: &mut impl FnMut(TxnEntry) -> Result<(), StorageError>,
 ) -> Result<(SegmentInfo, Option<TornTail>), StorageError> {
-    let file = File::open(path).map_err(StorageError::io("open", path))?;
-    let file_bytes = file
-        .metadata()
-        .map_err(StorageError::io("stat", path))?
-        .len();
-    let capacity = usize::try_from(file_bytes)
-        .unwrap_or(usize::MAX)
-        .clamp(HEADER_BYTES, READ_BUFFER_BYTES);
-    let mut segment = SegmentReader {
-        path,
-        reader: BufReader::with_capacity(capacity, file),
-        pos: 0,
-        file_bytes,
-    };
+    let path = segment.path;
+    let file_bytes = segment.file_bytes;
     let mut info = SegmentInfo {
         path: path.to_owned(),
         first_zxid: name_zxid,
@@ -239,8 +250,8 @@ fn read_segment(
 
 /// Reads and checks the header. `Ok(None)`: the last segment's header is
 /// torn and nothing but zeros follows it.
-fn read_valid_header(
-    segment: &mut SegmentReader<'_>,
+fn read_valid_header<R: Read + Seek>(
+    segment: &mut SegmentReader<'_, R>,
     name_zxid: Zxid,
     is_last: bool,
     chain: &Chain,
@@ -295,8 +306,8 @@ fn read_valid_header(
 }
 
 /// Reads the record at the current position. `Ok(Ok(None))`: a clean end.
-fn read_record(
-    segment: &mut SegmentReader<'_>,
+fn read_record<R: Read + Seek>(
+    segment: &mut SegmentReader<'_, R>,
     body: &mut Vec<u8>,
 ) -> Result<Result<Option<TxnEntry>, RecordProblem>, StorageError> {
     let remaining = segment.file_bytes - segment.pos;
@@ -401,14 +412,26 @@ fn check_order(
 }
 
 /// A segment read front to back, with its position.
-struct SegmentReader<'a> {
+struct SegmentReader<'a, R> {
     path: &'a Path,
-    reader: BufReader<File>,
+    reader: BufReader<R>,
     pos: u64,
     file_bytes: u64,
 }
 
-impl SegmentReader<'_> {
+impl<'a, R: Read + Seek> SegmentReader<'a, R> {
+    fn new(path: &'a Path, bytes: R, file_bytes: u64) -> Self {
+        let capacity = usize::try_from(file_bytes)
+            .unwrap_or(usize::MAX)
+            .clamp(HEADER_BYTES, READ_BUFFER_BYTES);
+        SegmentReader {
+            path,
+            reader: BufReader::with_capacity(capacity, bytes),
+            pos: 0,
+            file_bytes,
+        }
+    }
+
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), StorageError> {
         self.reader
             .read_exact(buf)
@@ -500,7 +523,12 @@ impl SegmentReader<'_> {
     }
 }
 
-fn read_at(file: &mut File, path: &Path, offset: u64, buf: &mut [u8]) -> Result<(), StorageError> {
+fn read_at<R: Read + Seek>(
+    file: &mut R,
+    path: &Path,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<(), StorageError> {
     file.seek(SeekFrom::Start(offset))
         .and_then(|_| file.read_exact(buf))
         .map_err(|source: io::Error| StorageError::Io {
