@@ -20,6 +20,9 @@ pub mod codec;
 pub mod error;
 pub mod event;
 pub mod frame;
+/// Fuzz target bodies, shared by `fuzz/` and the stable smoke test.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod path;
 pub mod request;
 pub mod response;

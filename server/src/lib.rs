@@ -102,6 +102,9 @@ pub mod cluster;
 pub mod config;
 pub mod context;
 pub mod embedded;
+/// Fuzz target bodies, shared by `fuzz/` and the stable smoke test.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod housekeeping;
 pub mod net;
 pub mod pipeline;
