@@ -114,6 +114,7 @@ pub mod storage;
 pub mod tree;
 pub mod txn;
 pub mod watch;
+pub mod zk;
 
 pub use config::Config;
 pub use embedded::TemporaryServer;
