@@ -430,7 +430,7 @@ fn recovery_times_a_restart() {
     let addr = format!("127.0.0.1:{}", free_port());
     let pid_file = dir.path().join("arbord.pid");
     let start = format!(
-        "{} --listen {addr} --data-dir {} --tick-ms 200 >/dev/null 2>&1 & echo $! > {}",
+        "{} --listen {addr} --zk-listen off --data-dir {} --tick-ms 200 >/dev/null 2>&1 & echo $! > {}",
         arbord_path().display(),
         dir.path().join("data").display(),
         pid_file.display()

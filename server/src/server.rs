@@ -23,7 +23,7 @@ use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
 use crate::config::{Config, ConfigError};
 use crate::context::Shared;
 use crate::housekeeping;
-use crate::net::{self, Listener, TlsAcceptor};
+use crate::net::{self, Listener, TlsAcceptor, Wire};
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::{run_committer, Committer};
 use crate::storage::error::StorageError;
@@ -76,10 +76,13 @@ pub struct Server {
 }
 
 /// Where a server takes clients: a plain listener, a TLS one (with the
-/// certificate of [`Config::tls`]), or both.
+/// certificate of [`Config::tls`]), one for ZooKeeper's protocol, or any
+/// of them together.
 pub struct Listeners<L> {
     pub plain: Option<L>,
     pub tls: Option<tokio::net::TcpListener>,
+    /// ZooKeeper clients (plain TCP, jute: see [`crate::zk`]).
+    pub zk: Option<tokio::net::TcpListener>,
 }
 
 impl Server {
@@ -123,12 +126,13 @@ impl Server {
         let listeners = Listeners {
             plain: Some(listener),
             tls: None,
+            zk: None,
         };
         self.serve_on(listeners, shutdown).await
     }
 
-    /// [`Server::serve`] on plain and TLS listeners: a TLS listener needs
-    /// [`Config::tls`].
+    /// [`Server::serve`] on plain, TLS and ZooKeeper listeners: a TLS
+    /// listener needs [`Config::tls`].
     pub async fn serve_on<L: Listener>(
         self,
         listeners: Listeners<L>,
@@ -139,18 +143,15 @@ impl Server {
             (Some(_), None) => return Err(ServerError::TlsWithoutCertificate),
             (None, _) => None,
         };
-        if listeners.plain.is_none() && tls.is_none() {
+        if listeners.plain.is_none() && tls.is_none() && listeners.zk.is_none() {
             return Err(ServerError::NoListener);
         }
-        serve(
-            self.config,
-            self.clock,
-            self.storage,
-            listeners.plain,
+        let listeners = Serving {
+            plain: listeners.plain,
             tls,
-            shutdown,
-        )
-        .await
+            zk: listeners.zk,
+        };
+        serve(self.config, self.clock, self.storage, listeners, shutdown).await
     }
 }
 
@@ -173,10 +174,18 @@ pub async fn run<L: Listener>(
     server.serve(listener, shutdown).await
 }
 
+/// The listeners a server accepts on, with the TLS one's acceptor.
+struct Serving<L> {
+    plain: Option<L>,
+    tls: Option<(tokio::net::TcpListener, TlsAcceptor)>,
+    zk: Option<tokio::net::TcpListener>,
+}
+
 /// A connection just accepted, before any TLS handshake.
 enum Accepted<S> {
     Plain(S),
     Tls(tokio::net::TcpStream, TlsAcceptor),
+    ZooKeeper(tokio::net::TcpStream),
 }
 
 /// The next connection of the TLS listener, with the acceptor for its
@@ -207,10 +216,14 @@ async fn serve<L: Listener>(
     config: Config,
     clock: Clock,
     storage: OpenedStorage,
-    mut plain: Option<L>,
-    mut tls: Option<(tokio::net::TcpListener, TlsAcceptor)>,
+    listeners: Serving<L>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    let Serving {
+        mut plain,
+        mut tls,
+        mut zk,
+    } = listeners;
     let OpenedStorage { state, mode, lock } = storage;
     let (proposals_tx, proposals_rx) = mpsc::channel(config.commit_queue_max);
     let (committer, starting) = match mode {
@@ -283,7 +296,8 @@ async fn serve<L: Listener>(
     let tls_addr = tls
         .as_ref()
         .and_then(|(listener, _)| listener.local_addr().ok());
-    info!(addr = ?plain_addr, tls_addr = ?tls_addr, "serving");
+    let zk_addr = zk.as_ref().and_then(|listener| listener.local_addr().ok());
+    info!(addr = ?plain_addr, tls_addr = ?tls_addr, zk_addr = ?zk_addr, "serving");
     let tls_handshake_timeout = Duration::from_millis(shared.config.handshake_timeout_ms);
     tokio::pin!(shutdown);
     loop {
@@ -294,6 +308,9 @@ async fn serve<L: Listener>(
                 accepted.map(|(stream, peer)| (Accepted::Plain(stream), peer))
             }
             accepted = accept_tls(&mut tls) => accepted,
+            accepted = accept_on(&mut zk) => {
+                accepted.map(|(stream, peer)| (Accepted::ZooKeeper(stream), peer))
+            }
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -327,13 +344,19 @@ async fn serve<L: Listener>(
         let shared = shared.clone();
         connections.spawn(async move {
             match stream {
-                Accepted::Plain(stream) => net::serve(stream, peer, None, shared).await,
+                Accepted::Plain(stream) => {
+                    net::serve(stream, peer, None, Wire::Native, shared).await
+                }
                 Accepted::Tls(stream, acceptor) => {
                     if let Some(secured) =
                         acceptor.accept(stream, peer, tls_handshake_timeout).await
                     {
-                        net::serve(secured.stream, peer, secured.subject, shared).await;
+                        let subject = secured.subject;
+                        net::serve(secured.stream, peer, subject, Wire::Native, shared).await;
                     }
+                }
+                Accepted::ZooKeeper(stream) => {
+                    net::serve(stream, peer, None, Wire::ZooKeeper, shared).await
                 }
             }
             drop((slot, ip_slot));
@@ -499,7 +522,8 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
 /// Tells a refused client why, then closes: the frame goes out before the
 /// handshake, which the protocol allows for `Closing`.
 fn refuse<S: AsyncWrite + Send + Unpin + 'static>(stream: Accepted<S>, message: String) {
-    // Before its handshake a TLS client cannot read anything we say.
+    // Before its handshake a TLS client cannot read anything we say, and a
+    // ZooKeeper client has no message for it: it is just closed.
     let Accepted::Plain(mut stream) = stream else {
         return;
     };

@@ -43,6 +43,7 @@ fn help_names_every_documented_flag() {
         "--max-frame-bytes",
         "--max-connections",
         "--max-connections-per-ip",
+        "--zk-listen",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }

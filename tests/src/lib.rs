@@ -44,6 +44,8 @@ pub struct TestServer {
     addr: String,
     /// The TLS port's, when started with `--tls-listen`.
     tls_addr: Option<String>,
+    /// The port for ZooKeeper's protocol (`--zk-listen`), unless off.
+    zk_addr: Option<String>,
     data_dir: PathBuf,
     /// Flags given at start, reused by `restart`.
     extra: Vec<String>,
@@ -192,8 +194,14 @@ impl TestServer {
         if !extra.contains(&"--listen") {
             args.extend_from_slice(&["--listen", listen]);
         }
-        // Test defaults, unless the test sets them itself.
-        for (flag, value) in [("--tick-ms", tick.as_str()), ("--reap-interval-ms", "100")] {
+        // Test defaults, unless the test sets them itself: a ZooKeeper port
+        // of its own on every server (never ZooKeeper's 2181).
+        let defaults = [
+            ("--tick-ms", tick.as_str()),
+            ("--reap-interval-ms", "100"),
+            ("--zk-listen", "127.0.0.1:0"),
+        ];
+        for (flag, value) in defaults {
             if !extra.contains(&flag) {
                 args.extend_from_slice(&[flag, value]);
             }
@@ -216,6 +224,7 @@ impl TestServer {
         // One line per listener, plain first.
         let plain_off = extra.windows(2).any(|pair| pair == ["--listen", "off"]);
         let wants_tls = extra.contains(&"--tls-listen");
+        let zk_off = extra.windows(2).any(|pair| pair == ["--zk-listen", "off"]);
         let mut listening = |prefix: &str| {
             let mut line = String::new();
             let _ = stdout.read_line(&mut line);
@@ -231,7 +240,12 @@ impl TestServer {
         } else {
             Some(None)
         };
-        let (Some(plain), Some(tls_addr)) = (plain, tls) else {
+        let zk = if zk_off {
+            Some(None)
+        } else {
+            listening("arbord listening for ZooKeeper clients on ").map(Some)
+        };
+        let (Some(plain), Some(tls_addr), Some(zk_addr)) = (plain, tls, zk) else {
             let _ = child.kill();
             let output = child.wait_with_output().expect("arbord exits");
             return Err(String::from_utf8_lossy(&output.stderr).into_owned());
@@ -266,6 +280,7 @@ impl TestServer {
             _stdin: stdin,
             addr,
             tls_addr,
+            zk_addr,
             data_dir: data_dir.to_owned(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             owns_data: false,
@@ -282,6 +297,13 @@ impl TestServer {
         self.tls_addr
             .as_deref()
             .expect("the server was started with --tls-listen")
+    }
+
+    /// `host:port` of the server's ZooKeeper port.
+    pub fn zk_addr(&self) -> &str {
+        self.zk_addr
+            .as_deref()
+            .expect("the server was started without --zk-listen off")
     }
 
     pub fn pid(&self) -> u32 {

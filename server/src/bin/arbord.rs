@@ -63,6 +63,11 @@ struct Args {
     /// member's client address from --member.
     #[arg(long, value_parser = parse_listen)]
     listen: Option<Listen>,
+    /// Address to listen on for ZooKeeper clients (ZooKeeper's own wire
+    /// protocol: kazoo, Curator, zkCli.sh), or `off`. Default: 127.0.0.1:2181
+    /// standalone; off in an ensemble, whose members each name their own.
+    #[arg(long, value_parser = parse_listen)]
+    zk_listen: Option<Listen>,
     /// Address to listen on for TLS clients, beside (or, with `--listen
     /// off`, instead of) the plain port. Needs --tls-cert and --tls-key.
     #[arg(long, requires_all = ["tls_cert", "tls_key"])]
@@ -184,6 +189,9 @@ enum Fsync {
 /// The client port of a standalone server.
 const LISTEN_DEFAULT: &str = "127.0.0.1:7181";
 
+/// Where ZooKeeper clients connect unless told otherwise: ZooKeeper's port.
+const ZK_LISTEN_DEFAULT: &str = "127.0.0.1:2181";
+
 impl Args {
     fn ensemble(&self) -> anyhow::Result<Option<EnsembleConfig>> {
         let Some(member_id) = self.member_id else {
@@ -208,8 +216,12 @@ impl Args {
     fn listen(&self, config: &Config) -> anyhow::Result<Option<SocketAddr>> {
         match self.listen {
             Some(Listen::On(addr)) => return Ok(Some(addr)),
-            Some(Listen::Off) if self.tls_listen.is_none() => {
-                anyhow::bail!("--listen off needs --tls-listen: the server would take no clients")
+            Some(Listen::Off)
+                if self.tls_listen.is_none() && !matches!(self.zk_listen, Some(Listen::On(_))) =>
+            {
+                anyhow::bail!(
+                    "--listen off needs --tls-listen or --zk-listen: the server would take no clients"
+                )
             }
             Some(Listen::Off) => return Ok(None),
             None => {}
@@ -224,6 +236,23 @@ impl Args {
         text.parse()
             .map(Some)
             .with_context(|| format!("client address {text:?} is not IP:PORT"))
+    }
+
+    /// Where ZooKeeper clients connect, and whether it was asked for (an
+    /// address named on the command line must be bound; the default is
+    /// given up with a warning if another server already has it).
+    fn zk_listen(&self, config: &Config) -> anyhow::Result<Option<(SocketAddr, bool)>> {
+        match self.zk_listen {
+            Some(Listen::On(addr)) => Ok(Some((addr, true))),
+            Some(Listen::Off) => Ok(None),
+            None if config.ensemble.is_some() => Ok(None),
+            None => {
+                let addr = ZK_LISTEN_DEFAULT
+                    .parse()
+                    .context("the default ZooKeeper address")?;
+                Ok(Some((addr, false)))
+            }
+        }
     }
 
     fn tls(&self) -> Option<TlsFiles> {
@@ -338,6 +367,7 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
     let config = args.config().context("invalid settings")?;
     config.validate().context("invalid settings")?;
     let listen = args.listen(&config)?;
+    let zk_listen = args.zk_listen(&config)?;
     let server = Server::open(config)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -353,10 +383,26 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
             Some(addr) => Some(bind(addr).await?),
             None => None,
         };
+        let zk = match zk_listen {
+            Some((addr, true)) => Some(bind(addr).await?),
+            Some((addr, false)) => match bind(addr).await {
+                Ok(listener) => Some(listener),
+                Err(err) => {
+                    warn!(addr = %addr, error = %one_line(&err), "not serving ZooKeeper clients: the default port is taken (--zk-listen names another, or off)");
+                    None
+                }
+            },
+            None => None,
+        };
         // Printed once the data directory is recovered and the ports are
         // bound, plain first: tests start arbord on port 0 and read these
         // lines to find it.
-        for (listener, what) in [(&plain, ""), (&tls, "for TLS ")] {
+        let listeners = [
+            (&plain, ""),
+            (&tls, "for TLS "),
+            (&zk, "for ZooKeeper clients "),
+        ];
+        for (listener, what) in listeners {
             if let Some(listener) = listener {
                 let addr = listener
                     .local_addr()
@@ -369,7 +415,7 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
             .context("cannot write to stdout")?;
         let stdin_closed = args.exit_on_stdin_close.then(stdin_closed);
         server
-            .serve_on(Listeners { plain, tls }, shutdown_signal(stdin_closed))
+            .serve_on(Listeners { plain, tls, zk }, shutdown_signal(stdin_closed))
             .await?;
         Ok(())
     })

@@ -61,7 +61,13 @@ async fn serve_one(config: Config, data: &[u8]) -> Vec<u8> {
 
     let (mut client, server) = tokio::io::duplex(STREAM_BUFFER_BYTES);
     let peer = SocketAddr::from((Ipv4Addr::LOCALHOST, 40_000));
-    let serving = tokio::spawn(crate::net::serve(server, peer, None, shared));
+    let serving = tokio::spawn(crate::net::serve(
+        server,
+        peer,
+        None,
+        crate::net::Wire::Native,
+        shared,
+    ));
     let (mut from_server, mut to_server) = tokio::io::split(&mut client);
     let mut said = Vec::new();
     let send = async {

@@ -7,7 +7,7 @@ pub mod outbound;
 mod registry;
 pub mod tls;
 
-pub use connection::serve;
+pub use connection::{serve, Wire};
 pub use listener::Listener;
 pub use outbound::{Outbound, OutboundSender, OutboundTotal};
 pub use registry::{ConnectionHandle, ConnectionRegistry};

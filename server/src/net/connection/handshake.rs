@@ -11,16 +11,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_protocol::codec;
 use arbor_protocol::{
-    ClientMessage, ConnectRequest, ConnectResponse, ErrorCode, ServerLimits, ServerMessage,
-    SessionId, PROTOCOL_VERSION,
+    ConnectRequest, ConnectResponse, ErrorCode, ServerLimits, ServerMessage, SessionId,
+    PROTOCOL_VERSION,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncRead;
 use tracing::info;
 
-use super::{closing, frame_error_message, Frames};
+use super::{closing, frame_error_message, Frames, Wire};
 use crate::acl::identity::Origin;
 use crate::context::Shared;
 use crate::net::ConnectionHandle;
@@ -33,12 +32,13 @@ const PREVIOUS_READER_STOP_WAIT: Duration = Duration::from_secs(5);
 /// Opens or resumes a session. On failure, returns what to tell the client.
 pub(super) async fn handshake<S: AsyncRead>(
     frames: &mut Frames<S>,
+    wire: Wire,
     shared: &Arc<Shared>,
     handle: ConnectionHandle,
     peer: SocketAddr,
     origin: Origin,
 ) -> Result<SessionId, Option<ServerMessage>> {
-    let request = first_request(frames, shared).await?;
+    let request = first_request(frames, wire, shared).await?;
     let server_zxid = shared.last_zxid();
     if request.last_zxid_seen > server_zxid {
         let message = format!(
@@ -115,6 +115,7 @@ pub(super) async fn handshake<S: AsyncRead>(
 /// version, in time.
 async fn first_request<S: AsyncRead>(
     frames: &mut Frames<S>,
+    wire: Wire,
     shared: &Shared,
 ) -> Result<ConnectRequest, Option<ServerMessage>> {
     let config = &shared.config;
@@ -132,17 +133,9 @@ async fn first_request<S: AsyncRead>(
         Ok(Some(Err(err))) => return Err(frame_error_message(&err)),
         Ok(Some(Ok(bytes))) => bytes,
     };
-    let request = match codec::decode::<ClientMessage>(&bytes) {
-        Ok(ClientMessage::Connect(request)) => request,
-        Ok(ClientMessage::Request { .. }) => {
-            let message = "the first message must be a Connect handshake";
-            return Err(Some(closing(ErrorCode::BadRequest, message)));
-        }
-        Err(err) => {
-            let message = format!("cannot decode handshake: {err}");
-            return Err(Some(closing(ErrorCode::BadRequest, message)));
-        }
-    };
+    let request = wire
+        .decode_connect(&bytes)
+        .map_err(|message| Some(closing(ErrorCode::BadRequest, message)))?;
     if request.protocol_version != PROTOCOL_VERSION {
         let message = format!(
             "protocol version {} is not supported; this server speaks {PROTOCOL_VERSION}",

@@ -28,7 +28,10 @@
 mod handshake;
 mod reader;
 mod responder;
+mod wire;
 mod writer;
+
+pub use wire::Wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +41,7 @@ use std::time::Duration;
 use arbor_protocol::frame::{FrameDecoder, FrameError};
 use arbor_protocol::{ErrorCode, Op, ServerMessage, Zxid};
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf};
 use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +51,7 @@ use crate::acl::identity::Origin;
 use crate::context::Shared;
 use crate::net::{outbound, ConnectionHandle};
 use crate::pipeline::commit::WriteResult;
+use crate::zk;
 
 /// The read buffer a connection starts with (tokio-util's default is 8 KiB):
 /// room for a pipelined batch of small requests in one read; it grows for a
@@ -119,19 +123,36 @@ fn frame_error_message(err: &FrameError) -> Option<ServerMessage> {
 
 /// Serves one connection until the client leaves, breaks the protocol, its
 /// session ends, or the server shuts down. `subject` is the client
-/// certificate's, on a mutual-TLS connection.
-pub async fn serve<S>(stream: S, peer: SocketAddr, subject: Option<String>, shared: Arc<Shared>)
-where
+/// certificate's, on a mutual-TLS connection; `wire` the protocol it
+/// speaks.
+pub async fn serve<S>(
+    mut stream: S,
+    peer: SocketAddr,
+    subject: Option<String>,
+    wire: Wire,
+    shared: Arc<Shared>,
+) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let connection_id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
     let config = &shared.config;
+    // A ZooKeeper connection may open with a four-letter word instead.
+    let mut first = None;
+    if wire == Wire::ZooKeeper {
+        match four_letter_word(&mut stream, peer, &shared).await {
+            Some(bytes) => first = Some(bytes),
+            None => return,
+        }
+    }
     let (read_half, write_half) = tokio::io::split(stream);
     let mut frames = FramedRead::with_capacity(
         read_half,
         FrameDecoder::new(config.frame_bytes_max),
         READ_BUF_BYTES,
     );
+    if let Some(first) = first {
+        frames.read_buffer_mut().extend_from_slice(&first);
+    }
     let outbound_capacity =
         config.requests_in_flight_per_connection_max + config.events_queued_per_connection_max;
     let (outbound, outbound_rx) =
@@ -140,6 +161,7 @@ where
     let writer = tokio::spawn(writer::write_loop(
         write_half,
         outbound_rx,
+        wire,
         config.frame_bytes_max,
         closer.clone(),
     ));
@@ -157,10 +179,10 @@ where
         ip: Some(peer.ip()),
         x509: subject,
     };
-    match handshake::handshake(&mut frames, &shared, handle, peer, origin).await {
+    match handshake::handshake(&mut frames, wire, &shared, handle, peer, origin).await {
         Ok(session_id) => {
             let mut queues = reader::Queues::new(outbound.clone(), shared.clone(), session_id);
-            reader::read_loop(&mut frames, &mut queues, &shared, session_id, &closer).await;
+            reader::read_loop(&mut frames, wire, &mut queues, &shared, session_id, &closer).await;
             reader_done.cancel();
             queues.finish().await;
             let still_ours = shared.connections.lock().detach(session_id, connection_id);
@@ -181,6 +203,38 @@ where
     {
         debug!(connection_id, %peer, "writer did not drain in time");
     }
+}
+
+/// Reads a ZooKeeper connection's first bytes, within the handshake
+/// timeout: a four-letter word is answered here and the connection closed
+/// (`None`); anything else is the start of the handshake frame, returned
+/// to be read as one.
+async fn four_letter_word<S>(
+    stream: &mut S,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Option<[u8; zk::four_letter::WORD_BYTES]>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let wait = Duration::from_millis(shared.config.handshake_timeout_ms);
+    let mut first = [0u8; zk::four_letter::WORD_BYTES];
+    match tokio::time::timeout(wait, stream.read_exact(&mut first)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) | Err(_) => return None,
+    }
+    if !zk::four_letter::is_word(&first) {
+        return Some(first);
+    }
+    let word = String::from_utf8_lossy(&first).into_owned();
+    debug!(%peer, word, "four-letter word");
+    let answer = zk::four_letter::answer(&first, shared);
+    let _ = tokio::time::timeout(WRITER_DRAIN_TIMEOUT, async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
+    None
 }
 
 #[cfg(test)]

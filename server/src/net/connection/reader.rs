@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
-use arbor_protocol::codec;
-use arbor_protocol::{ClientMessage, ErrorCode, Op, ServerMessage, SessionId};
+use arbor_protocol::{ErrorCode, Op, ServerMessage, SessionId};
 use futures_util::StreamExt;
 use tokio::io::AsyncRead;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::responder::Responder;
+use super::wire::{Incoming, Wire};
 use super::{closing, frame_error_message, release_large_read_buffer, reply, Frames, Pending};
 use crate::acl::auth::AUTH_ATTEMPTS_PER_CONNECTION_MAX;
 use crate::context::Shared;
@@ -92,6 +92,7 @@ impl Queues {
 /// Reads requests and queues them, in order, until the connection must end.
 pub(super) async fn read_loop<S: AsyncRead>(
     frames: &mut Frames<S>,
+    wire: Wire,
     queues: &mut Queues,
     shared: &Shared,
     session_id: SessionId,
@@ -129,9 +130,19 @@ pub(super) async fn read_loop<S: AsyncRead>(
                 return;
             }
         };
-        let (xid, op) = match codec::decode::<ClientMessage>(&bytes) {
-            Ok(ClientMessage::Request { xid, op }) => (xid, op),
-            Ok(ClientMessage::Connect(_)) => {
+        let (xid, op) = match wire.decode_request(&bytes) {
+            Ok(Incoming::Request { xid, op }) => (xid, op),
+            Ok(Incoming::Refused { xid, code }) => {
+                let item = Pending::Ready {
+                    xid,
+                    result: Err(code),
+                };
+                if !queues.queue(item, closer).await {
+                    return;
+                }
+                continue;
+            }
+            Ok(Incoming::Connect) => {
                 let message = closing(
                     ErrorCode::BadRequest,
                     "Connect is only allowed as the first message",
@@ -139,12 +150,9 @@ pub(super) async fn read_loop<S: AsyncRead>(
                 queues.queue(Pending::Close(message), closer).await;
                 return;
             }
-            Err(err) => {
-                warn!(session_id, error = %err, "undecodable request; closing connection");
-                let message = closing(
-                    ErrorCode::BadRequest,
-                    format!("cannot decode request: {err}"),
-                );
+            Err(message) => {
+                warn!(session_id, error = %message, "undecodable request; closing connection");
+                let message = closing(ErrorCode::BadRequest, message);
                 queues.queue(Pending::Close(message), closer).await;
                 return;
             }

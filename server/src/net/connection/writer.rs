@@ -2,13 +2,13 @@
 //! when they pile up. It ends after a `Closing` message, when every sender
 //! is gone, or on error, and whatever ended it ends the connection.
 
-use arbor_protocol::frame::{encode_frame, FrameError};
 use arbor_protocol::{ErrorCode, ServerMessage};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::reply;
+use super::wire::{Encoder, NotFramed, Wire};
 use crate::net::outbound::OutboundReceiver;
 
 /// Bytes the writer gathers from the outbound queue into one socket write.
@@ -24,15 +24,19 @@ const WRITE_BUF_IDLE_BYTES_MAX: usize = 4 * 1024;
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     mut sink: W,
     mut outbound: OutboundReceiver,
+    wire: Wire,
     frame_bytes_max: usize,
     closer: CancellationToken,
 ) {
+    let mut encoder = Encoder::new(wire);
     let mut buf = Vec::new();
     'write: while let Some(first) = outbound.recv().await {
-        let mut last = encode_message(*first, frame_bytes_max, &mut buf);
+        let mut last = encode_message(&mut encoder, *first, frame_bytes_max, &mut buf);
         while !last && buf.len() < WRITE_BATCH_BYTES_MAX {
             match outbound.try_recv() {
-                Some(message) => last = encode_message(*message, frame_bytes_max, &mut buf),
+                Some(message) => {
+                    last = encode_message(&mut encoder, *message, frame_bytes_max, &mut buf)
+                }
                 None => break,
             }
         }
@@ -66,16 +70,21 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
 
 /// Appends one frame; a reply too large for a frame becomes a `TooLarge`
 /// error for the same request. Returns whether this is the final message.
-fn encode_message(message: ServerMessage, frame_bytes_max: usize, buf: &mut Vec<u8>) -> bool {
+fn encode_message(
+    encoder: &mut Encoder,
+    message: ServerMessage,
+    frame_bytes_max: usize,
+    buf: &mut Vec<u8>,
+) -> bool {
     let last = matches!(message, ServerMessage::Closing { .. });
-    match encode_frame(&message, frame_bytes_max, buf) {
+    match encoder.encode(&message, frame_bytes_max, buf) {
         Ok(()) => {}
-        Err(FrameError::TooLarge { len, .. }) => match message {
+        Err(NotFramed::TooLarge { len }) => match message {
             ServerMessage::Reply { xid, zxid, .. } => {
                 debug!(xid, reply_bytes = len, "reply over the frame limit");
                 let refused = reply(xid, zxid, Err(ErrorCode::TooLarge));
-                if let Err(err) = encode_frame(&refused, frame_bytes_max, buf) {
-                    warn!(xid, error = %err, "cannot encode an error reply");
+                if encoder.encode(&refused, frame_bytes_max, buf).is_err() {
+                    warn!(xid, "cannot encode an error reply");
                 }
             }
             _ => warn!(
@@ -83,7 +92,7 @@ fn encode_message(message: ServerMessage, frame_bytes_max: usize, buf: &mut Vec<
                 "dropping a message over the frame limit"
             ),
         },
-        Err(err) => warn!(error = %err, "cannot encode message"),
+        Err(NotFramed::Failed(err)) => warn!(error = %err, "cannot encode message"),
     }
     last
 }
