@@ -336,13 +336,15 @@ fn connect_frame(session_id: i64, password: &[u8]) -> Vec<u8> {
 const CONNECT_RESPONSE_BYTES: usize = 4 + 4 + 4 + 8 + 4 + 16 + 1;
 
 /// Sends `bytes` on a fresh connection to `addr` and returns all the server
-/// says before it closes the connection.
+/// says before it closes the connection (which it must, within [`SOON`]).
 fn exchange(addr: &str, bytes: &[u8]) -> Vec<u8> {
     let mut stream = TcpStream::connect(addr).expect("connects");
     stream.set_read_timeout(Some(SOON)).expect("timeout");
     stream.write_all(bytes).expect("sends");
     let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
+    stream
+        .read_to_end(&mut answer)
+        .expect("the server ends the connection, in time");
     answer
 }
 

@@ -30,7 +30,7 @@ use crate::pipeline::prep::sessions::{self, Refusal};
 const PREVIOUS_READER_STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// Opens or resumes a session. On failure, returns what to tell the client.
-pub(super) async fn handshake<S: AsyncRead>(
+pub(super) async fn handshake<S: AsyncRead + Unpin>(
     frames: &mut Frames<S>,
     wire: Wire,
     shared: &Arc<Shared>,
@@ -113,7 +113,7 @@ pub(super) async fn handshake<S: AsyncRead>(
 
 /// The first frame, which must be a `Connect` in this server's protocol
 /// version, in time.
-async fn first_request<S: AsyncRead>(
+async fn first_request<S: AsyncRead + Unpin>(
     frames: &mut Frames<S>,
     wire: Wire,
     shared: &Shared,

@@ -26,6 +26,7 @@
 //! the connection ends; the session and every other connection carry on.
 
 mod handshake;
+mod prefixed;
 mod reader;
 mod responder;
 mod wire;
@@ -84,7 +85,7 @@ fn release_large_read_buffer(buffer: &mut BytesMut, frame_len: usize) {
     *buffer = fresh;
 }
 
-type Frames<S> = FramedRead<ReadHalf<S>, FrameDecoder>;
+type Frames<S> = FramedRead<ReadHalf<prefixed::Prefixed<S>>, FrameDecoder>;
 
 /// A request that is owed an answer, in arrival order.
 enum Pending {
@@ -136,23 +137,25 @@ pub async fn serve<S>(
 {
     let connection_id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
     let config = &shared.config;
-    // A ZooKeeper connection may open with a four-letter word instead.
-    let mut first = None;
+    // A ZooKeeper connection may open with a four-letter word instead; if
+    // it does not, the bytes looked at are read again as the frame's start.
+    let mut first: &[u8] = &[];
+    let looked_at;
     if wire == Wire::ZooKeeper {
         match four_letter_word(&mut stream, peer, &shared).await {
-            Some(bytes) => first = Some(bytes),
+            Some(bytes) => {
+                looked_at = bytes;
+                first = &looked_at;
+            }
             None => return,
         }
     }
-    let (read_half, write_half) = tokio::io::split(stream);
+    let (read_half, write_half) = tokio::io::split(prefixed::Prefixed::new(first, stream));
     let mut frames = FramedRead::with_capacity(
         read_half,
         FrameDecoder::new(config.frame_bytes_max),
         READ_BUF_BYTES,
     );
-    if let Some(first) = first {
-        frames.read_buffer_mut().extend_from_slice(&first);
-    }
     let outbound_capacity =
         config.requests_in_flight_per_connection_max + config.events_queued_per_connection_max;
     let (outbound, outbound_rx) =

@@ -90,7 +90,7 @@ impl Queues {
 }
 
 /// Reads requests and queues them, in order, until the connection must end.
-pub(super) async fn read_loop<S: AsyncRead>(
+pub(super) async fn read_loop<S: AsyncRead + Unpin>(
     frames: &mut Frames<S>,
     wire: Wire,
     queues: &mut Queues,
