@@ -979,6 +979,9 @@ fn result_name(result: &OpResult) -> &'static str {
         OpResult::SetAcl(_) => "SetAcl",
         OpResult::Authenticated => "Authenticated",
         OpResult::WhoAmI(_) => "WhoAmI",
+        OpResult::Ephemerals(_) => "Ephemerals",
+        OpResult::DescendantCount(_) => "DescendantCount",
+        OpResult::MultiRead(_) => "MultiRead",
     }
 }
 

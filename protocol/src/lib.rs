@@ -33,8 +33,8 @@ pub use child_names::ChildNames;
 pub use error::ErrorCode;
 pub use event::{EventType, WatchEvent};
 pub use request::{
-    AddWatchMode, ClientMessage, ConnectRequest, CreateMode, MultiOp, Op, SessionCredentials,
-    SetWatches, WatcherKind, ANY_VERSION, CHILDREN_BELOW_MAX,
+    AddWatchMode, ClientMessage, ConnectRequest, CreateMode, MultiOp, Op, ReadOp,
+    SessionCredentials, SetWatches, WatcherKind, ANY_VERSION, CHILDREN_BELOW_MAX,
 };
 pub use response::{
     ChildEntry, ClusterStatus, ConnectResponse, MemberStatus, MultiOpOutcome, OpResult,

@@ -286,6 +286,35 @@ pub enum Op {
     },
     /// The ids this session holds.
     WhoAmI,
+    /// The paths of this session's ephemeral nodes that start with
+    /// `prefix` (as a string: `/a` also matches `/ab`), in path order:
+    /// ZooKeeper's getEphemerals.
+    GetEphemerals {
+        prefix: String,
+    },
+    /// How many nodes are below `path`, at any depth (READ on `path`):
+    /// ZooKeeper's getAllChildrenNumber.
+    CountDescendants {
+        path: String,
+    },
+    /// Reads run together against one state, each answered on its own (one
+    /// failing does not fail the others): ZooKeeper's multiRead.
+    MultiRead {
+        ops: Vec<ReadOp>,
+    },
+    /// Whether the session has a watch of `kind` on `path`, leaving it in
+    /// place (`NoWatcher` if not): ZooKeeper's checkWatches.
+    CheckWatches {
+        path: String,
+        kind: WatcherKind,
+    },
+}
+
+/// One read of an [`Op::MultiRead`].
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum ReadOp {
+    GetData { path: String },
+    GetChildren { path: String },
 }
 
 /// The most children one [`Op::ChildrenBelow`] returns.
@@ -362,6 +391,10 @@ impl Op {
             Op::SetAcl { .. } => "set_acl",
             Op::Auth { .. } => "auth",
             Op::WhoAmI => "who_am_i",
+            Op::GetEphemerals { .. } => "get_ephemerals",
+            Op::CountDescendants { .. } => "count_descendants",
+            Op::MultiRead { .. } => "multi_read",
+            Op::CheckWatches { .. } => "check_watches",
         }
     }
 }

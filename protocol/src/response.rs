@@ -129,6 +129,12 @@ pub enum OpResult {
     Authenticated,
     /// The ids the session holds: its address, then what it proved.
     WhoAmI(Vec<Id>),
+    /// The paths of the session's ephemerals asked for.
+    Ephemerals(Vec<String>),
+    /// How many nodes are below the one asked about.
+    DescendantCount(u64),
+    /// Each read's own answer, in order.
+    MultiRead(Vec<Result<OpResult, ErrorCode>>),
 }
 
 /// One server's view of its ensemble (answer to `Op::ClusterStatus`).

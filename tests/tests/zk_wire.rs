@@ -402,3 +402,70 @@ async fn four_letter_words_and_bad_input_on_the_zookeeper_port() {
         .await
         .expect("served after the bad input");
 }
+
+#[tokio::test]
+async fn reads_only_zookeepers_protocol_asks_for() {
+    let server = TestServer::start();
+    let zookeeper = zk_client(&server).await;
+    let other = zk_client(&server).await;
+    for path in ["/r", "/r/a", "/r/a/x", "/r/b", "/rb"] {
+        zookeeper
+            .create(path, b"", &persistent())
+            .await
+            .expect("created");
+    }
+    for path in ["/r/a/mine", "/rb/mine"] {
+        zookeeper
+            .create(path, b"", &ephemeral())
+            .await
+            .expect("ephemeral");
+    }
+    other
+        .create("/r/theirs", b"", &ephemeral())
+        .await
+        .expect("another session's");
+
+    // getAllChildrenNumber: every node below, at any depth.
+    assert_eq!(zookeeper.count_descendants_number("/r").await, Ok(5));
+    assert_eq!(zookeeper.count_descendants_number("/r/a/x").await, Ok(0));
+    assert!(matches!(
+        zookeeper.count_descendants_number("/nothing").await,
+        Err(zk::Error::NoNode)
+    ));
+
+    // getEphemerals: this session's only, matched as a string prefix.
+    assert_eq!(
+        zookeeper.list_ephemerals("/r").await,
+        Ok(vec!["/r/a/mine".to_owned(), "/rb/mine".to_owned()])
+    );
+    assert_eq!(
+        zookeeper.list_ephemerals("/r/a").await,
+        Ok(vec!["/r/a/mine".to_owned()])
+    );
+    assert_eq!(
+        other.list_ephemerals("/").await,
+        Ok(vec!["/r/theirs".to_owned()])
+    );
+
+    // multiRead: each read answered on its own.
+    let mut reader = zookeeper.new_multi_reader();
+    reader.add_get_data("/r/a").expect("read");
+    reader.add_get_children("/r").expect("read");
+    reader.add_get_data("/missing").expect("read");
+    let results = reader.commit().await.expect("the reads run");
+    assert!(
+        matches!(&results[0], zk::MultiReadResult::Data { stat, .. } if stat.num_children == 2)
+    );
+    match &results[1] {
+        zk::MultiReadResult::Children { children } => {
+            assert_eq!(children, &["a", "b", "theirs"]);
+        }
+        other => panic!("not a listing: {other:?}"),
+    }
+    assert!(matches!(
+        &results[2],
+        zk::MultiReadResult::Error {
+            err: zk::Error::NoNode
+        }
+    ));
+}

@@ -200,39 +200,47 @@ impl OutboundReceiver {
 /// message is queued; the queue keeps the figure to give back.
 pub fn approx_bytes(message: &ServerMessage) -> usize {
     const FIXED: usize = 64;
-    const STAT: usize = 80;
-    let result = |result: &OpResult| -> usize {
-        match result {
-            OpResult::Data { data, .. } => data.len() + STAT,
-            OpResult::Children { names, .. } => names.encoded_len() + STAT,
-            OpResult::ChildrenWithStat { children, .. } => children
-                .iter()
-                .map(|child| child.name.len() + STAT)
-                .sum::<usize>(),
-            OpResult::Created { path, .. } => path.len() + STAT,
-            OpResult::Acl { acl, .. } => acl
-                .iter()
-                .map(|entry| entry.id.scheme.len() + entry.id.id.len() + 16)
-                .sum::<usize>(),
-            OpResult::WhoAmI(ids) => ids.iter().map(|id| id.scheme.len() + id.id.len() + 8).sum(),
-            OpResult::Multi(outcomes) => outcomes
-                .iter()
-                .map(|outcome| match outcome {
-                    MultiOpOutcome::Applied(OpResult::Created { path, .. }) => path.len() + STAT,
-                    _ => STAT,
-                })
-                .sum(),
-            _ => STAT,
-        }
-    };
     FIXED
         + match message {
-            ServerMessage::Reply { result: Ok(r), .. } => result(r),
+            ServerMessage::Reply { result: Ok(r), .. } => result_bytes(r),
             ServerMessage::Reply { result: Err(_), .. } => 0,
             ServerMessage::Event(event) => event.path.len(),
             ServerMessage::Closing { message, .. } => message.len(),
             ServerMessage::Connected(_) => 0,
         }
+}
+
+/// [`approx_bytes`] of a result.
+fn result_bytes(result: &OpResult) -> usize {
+    const STAT: usize = 80;
+    match result {
+        OpResult::Data { data, .. } => data.len() + STAT,
+        OpResult::Children { names, .. } => names.encoded_len() + STAT,
+        OpResult::ChildrenWithStat { children, .. } => children
+            .iter()
+            .map(|child| child.name.len() + STAT)
+            .sum::<usize>(),
+        OpResult::Created { path, .. } => path.len() + STAT,
+        OpResult::Acl { acl, .. } => acl
+            .iter()
+            .map(|entry| entry.id.scheme.len() + entry.id.id.len() + 16)
+            .sum::<usize>(),
+        OpResult::WhoAmI(ids) => ids.iter().map(|id| id.scheme.len() + id.id.len() + 8).sum(),
+        OpResult::Ephemerals(paths) => paths.iter().map(|path| path.len() + 8).sum(),
+        OpResult::Multi(outcomes) => outcomes
+            .iter()
+            .map(|outcome| match outcome {
+                MultiOpOutcome::Applied(OpResult::Created { path, .. }) => path.len() + STAT,
+                _ => STAT,
+            })
+            .sum(),
+        // Nested one level only: a multi-read holds plain reads.
+        OpResult::MultiRead(results) => results
+            .iter()
+            .map(|result| result.as_ref().map_or(8, result_bytes))
+            .sum(),
+        _ => STAT,
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,12 @@
 
 use arbor_protocol::acl::{Acl, Perms, DIGEST};
 use arbor_protocol::{
-    AddWatchMode, ChildEntry, ChildNames, ErrorCode, EventType, Op, OpResult, SessionId,
+    AddWatchMode, ChildEntry, ChildNames, ErrorCode, EventType, Op, OpResult, ReadOp, SessionId,
     SetWatches, WatchEvent, Zxid, CHILDREN_BELOW_MAX,
 };
 
 use crate::acl;
+use crate::config::MULTI_OPS_MAX;
 use crate::context::Shared;
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::prep::check_path;
@@ -33,7 +34,16 @@ pub fn execute(
     op: &Op,
 ) -> (Result<OpResult, ErrorCode>, Zxid) {
     let state = shared.state.read();
-    let zxid = state.last_zxid();
+    (read(shared, session_id, &state, op), state.last_zxid())
+}
+
+/// One read against a locked state.
+fn read(
+    shared: &Shared,
+    session_id: SessionId,
+    state: &StateMachine,
+    op: &Op,
+) -> Result<OpResult, ErrorCode> {
     let watch = |kind: WatchKind, path: &str| shared.watches.lock().add(session_id, kind, path);
     let who = || state.identity(session_id);
     // The session is looked up only for a node whose ACL is not the open one.
@@ -49,7 +59,7 @@ pub fn execute(
             Err(ErrorCode::NoAuth)
         }
     };
-    let result = match op {
+    match op {
         Op::GetData { path, watch: set } => node(path).and_then(|n| {
             if *set {
                 watch(WatchKind::Data, path)?;
@@ -76,7 +86,7 @@ pub fn execute(
                 watch(WatchKind::Child, path)?;
             }
             // Straight into the reply's bytes: no string per child.
-            let names = ChildNames::encode_names(sorted_children(&state, path).map(Node::name))
+            let names = ChildNames::encode_names(sorted_children(state, path).map(Node::name))
                 .map_err(|_| ErrorCode::Internal)?;
             Ok(OpResult::Children {
                 names,
@@ -87,7 +97,7 @@ pub fn execute(
             if *set {
                 watch(WatchKind::Child, path)?;
             }
-            let children = sorted_children(&state, path)
+            let children = sorted_children(state, path)
                 .map(|child| ChildEntry {
                     name: child.name().to_owned(),
                     stat: child.stat(),
@@ -164,9 +174,9 @@ pub fn execute(
             }
         }),
         Op::SetWatches(watches) => {
-            set_watches(shared, session_id, &state, watches).map(|()| OpResult::WatchesChanged)
+            set_watches(shared, session_id, state, watches).map(|()| OpResult::WatchesChanged)
         }
-        Op::GetAcl { path } => get_acl(&state, who(), path),
+        Op::GetAcl { path } => get_acl(state, who(), path),
         Op::WhoAmI => Ok(OpResult::WhoAmI(who().listed())),
         Op::Ping => Ok(OpResult::Pong),
         // Writes, and auth (prep's), never come here.
@@ -178,8 +188,71 @@ pub fn execute(
         | Op::Auth { .. }
         | Op::Multi { .. }
         | Op::CloseSession => Err(ErrorCode::Internal),
-    };
-    (result, zxid)
+        // Another session's ephemerals are its own business; a session's
+        // own need no permission (ZooKeeper checks none either).
+        Op::GetEphemerals { prefix } => check_path(prefix).map(|()| {
+            let paths = state
+                .tree
+                .ephemerals_of(session_id)
+                .filter(|path| path.starts_with(prefix.as_str()))
+                .cloned()
+                .collect();
+            OpResult::Ephemerals(paths)
+        }),
+        Op::CountDescendants { path } => {
+            node(path).map(|_| OpResult::DescendantCount(count_descendants(state, path)))
+        }
+        Op::MultiRead { ops } => {
+            if ops.len() > MULTI_OPS_MAX {
+                return Err(ErrorCode::TooLarge);
+            }
+            let results = ops
+                .iter()
+                .map(|op| {
+                    let op = match op {
+                        ReadOp::GetData { path } => Op::GetData {
+                            path: path.clone(),
+                            watch: false,
+                        },
+                        ReadOp::GetChildren { path } => Op::GetChildren {
+                            path: path.clone(),
+                            watch: false,
+                        },
+                    };
+                    read(shared, session_id, state, &op)
+                })
+                .collect();
+            Ok(OpResult::MultiRead(results))
+        }
+        Op::CheckWatches { path, kind } => check_path(path).and_then(|()| {
+            if shared.watches.lock().has(session_id, path, *kind) {
+                Ok(OpResult::Checked)
+            } else {
+                Err(ErrorCode::NoWatcher)
+            }
+        }),
+    }
+}
+
+/// The nodes below `path` at any depth, walked through the children lists.
+fn count_descendants(state: &StateMachine, path: &str) -> u64 {
+    if path == "/" {
+        return state.tree.len().saturating_sub(1) as u64;
+    }
+    let mut count = 0;
+    let mut pending = vec![path.to_owned()];
+    while let Some(parent) = pending.pop() {
+        let Some(children) = state.tree.children(&parent) else {
+            continue;
+        };
+        for child in children.iter() {
+            count += 1;
+            if child.num_children > 0 {
+                pending.push(format!("{parent}/{}", child.name()));
+            }
+        }
+    }
+    count
 }
 
 /// A node's ACL: for READ or ADMIN on it, and without ADMIN every digest

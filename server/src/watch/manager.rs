@@ -290,16 +290,24 @@ impl WatchManager {
         Ok(())
     }
 
+    /// Whether a session has a watch of the given kinds on `path`.
+    pub fn has(&self, session_id: SessionId, path: &str, which: WatcherKind) -> bool {
+        let kinds = kinds_of(which);
+        self.paths
+            .find(self.hash(path), |w| &*w.path == path)
+            .is_some_and(|watched| {
+                watched
+                    .watchers
+                    .as_slice()
+                    .iter()
+                    .any(|watcher| watcher.session_id == session_id && watcher.has_any(kinds))
+            })
+    }
+
     /// Removes a session's watches of the given kinds on `path`. Returns
     /// whether any was there (ZooKeeper answers `NoWatcher` otherwise).
     pub fn remove(&mut self, session_id: SessionId, path: &str, which: WatcherKind) -> bool {
-        let kinds = match which {
-            WatcherKind::Children => WatchKind::Child.bit(),
-            WatcherKind::Data => WatchKind::Data.bit(),
-            WatcherKind::Persistent => WatchKind::Persistent.bit(),
-            WatcherKind::PersistentRecursive => WatchKind::PersistentRecursive.bit(),
-            WatcherKind::Any => Kinds::MAX,
-        };
+        let kinds = kinds_of(which);
         let hash = self.hash(path);
         let Ok(mut entry) = self.paths.find_entry(hash, |w| &*w.path == path) else {
             return false;
@@ -452,6 +460,17 @@ impl WatchManager {
                 (session_id, event)
             })
             .collect()
+    }
+}
+
+/// The kinds a `WatcherKind` of removeWatches or checkWatches names.
+fn kinds_of(which: WatcherKind) -> Kinds {
+    match which {
+        WatcherKind::Children => WatchKind::Child.bit(),
+        WatcherKind::Data => WatchKind::Data.bit(),
+        WatcherKind::Persistent => WatchKind::Persistent.bit(),
+        WatcherKind::PersistentRecursive => WatchKind::PersistentRecursive.bit(),
+        WatcherKind::Any => Kinds::MAX,
     }
 }
 

@@ -226,6 +226,14 @@ fn body(op_code: i32, result: &OpResult, out: &mut Vec<u8>) {
         }
         OpResult::Synced { path } => out.put_string(path),
         OpResult::Multi(outcomes) => multi(outcomes, out),
+        OpResult::Ephemerals(paths) => {
+            out.put_count(paths.len());
+            for path in paths {
+                out.put_string(path);
+            }
+        }
+        OpResult::DescendantCount(count) => out.put_int(i32::try_from(*count).unwrap_or(i32::MAX)),
+        OpResult::MultiRead(results) => multi_read(results, out),
         OpResult::WhoAmI(ids) => {
             out.put_count(ids.len());
             for id in ids {
@@ -273,6 +281,46 @@ fn multi(outcomes: &[MultiOpOutcome], out: &mut Vec<u8>) {
                 _ => {}
             },
             _ => out.put_int(code),
+        }
+    }
+    out.put_int(op::ERROR);
+    out.put_bool(true);
+    out.put_int(op::ERROR);
+}
+
+/// A multiRead's answer: a `MultiHeader` and a record per read (its
+/// `GetDataResponse` or `GetChildrenResponse`, or its error), then the
+/// closing header. Each read stands on its own.
+fn multi_read(results: &[Result<OpResult, ErrorCode>], out: &mut Vec<u8>) {
+    for result in results {
+        match result {
+            Ok(OpResult::Data { data, stat: found }) => {
+                out.put_int(op::GET_DATA);
+                out.put_bool(false);
+                out.put_int(err::OK);
+                out.put_bytes(data);
+                stat(found, out);
+            }
+            Ok(OpResult::Children { names, .. }) => {
+                out.put_int(op::GET_CHILDREN);
+                out.put_bool(false);
+                out.put_int(err::OK);
+                let names = names.clone().into_vec();
+                out.put_count(names.len());
+                for name in &names {
+                    out.put_string(name);
+                }
+            }
+            other => {
+                let code = match other {
+                    Err(code) => error_code(*code),
+                    Ok(_) => err::SYSTEM_ERROR,
+                };
+                out.put_int(op::ERROR);
+                out.put_bool(false);
+                out.put_int(code);
+                out.put_int(code);
+            }
         }
     }
     out.put_int(op::ERROR);
@@ -451,6 +499,39 @@ mod tests {
             (reader.int("type"), reader.bool("done"), reader.int("err")),
             (Ok(-1), Ok(true), Ok(-1))
         );
+        assert!(reader.is_empty());
+    }
+
+    #[test]
+    fn a_multi_read_answers_each_read_on_its_own() {
+        let results = vec![
+            Ok(OpResult::Data {
+                data: b"d".to_vec(),
+                stat: sample_stat(),
+            }),
+            Err(ErrorCode::NoNode),
+            Ok(OpResult::Children {
+                names: vec!["x".to_owned()].into(),
+                stat: sample_stat(),
+            }),
+        ];
+        let bytes = reply_to(op::MULTI_READ, Ok(OpResult::MultiRead(results)));
+        let mut reader = Reader::new(&bytes[16..]);
+        let head = |reader: &mut Reader<'_>| {
+            (
+                reader.int("type").expect("type"),
+                reader.bool("done").expect("done"),
+                reader.int("err").expect("err"),
+            )
+        };
+        assert_eq!(head(&mut reader), (op::GET_DATA, false, 0));
+        assert_eq!(reader.buffer("data"), Ok(Some(&b"d"[..])));
+        assert_eq!(read_stat(&mut reader)[0], 1);
+        assert_eq!(head(&mut reader), (op::ERROR, false, err::NO_NODE));
+        assert_eq!(reader.int("ErrorResponse"), Ok(err::NO_NODE));
+        assert_eq!(head(&mut reader), (op::GET_CHILDREN, false, 0));
+        assert_eq!(reader.strings("children"), Ok(vec!["x".to_owned()]));
+        assert_eq!(head(&mut reader), (-1, true, -1));
         assert!(reader.is_empty());
     }
 

@@ -9,7 +9,9 @@
 //! reply, in order, with no table to keep.
 
 use arbor_protocol::acl::{Acl, Perms};
-use arbor_protocol::{AddWatchMode, CreateMode, ErrorCode, MultiOp, Op, SetWatches, WatcherKind};
+use arbor_protocol::{
+    AddWatchMode, CreateMode, ErrorCode, MultiOp, Op, ReadOp, SetWatches, WatcherKind,
+};
 
 use super::codes::{add_watch_mode, create_flags, op, watcher_type};
 use super::jute::{JuteError, Reader};
@@ -146,17 +148,29 @@ fn body(op_code: i32, reader: &mut Reader<'_>) -> Result<Decoded, JuteError> {
         }
         op::REMOVE_WATCHES => {
             let path = path(reader)?;
-            let kind = match reader.int("type")? {
-                watcher_type::CHILDREN => WatcherKind::Children,
-                watcher_type::DATA => WatcherKind::Data,
-                watcher_type::ANY => WatcherKind::Any,
-                watcher_type::PERSISTENT => WatcherKind::Persistent,
-                watcher_type::PERSISTENT_RECURSIVE => WatcherKind::PersistentRecursive,
-                _ => return Ok(Decoded::Refuse(ErrorCode::BadArguments)),
+            let Some(kind) = watcher_kind(reader.int("type")?) else {
+                return Ok(Decoded::Refuse(ErrorCode::BadArguments));
             };
             Op::RemoveWatches { path, kind }
         }
         op::WHO_AM_I => Op::WhoAmI,
+        op::GET_EPHEMERALS => Op::GetEphemerals {
+            prefix: reader.string("prefixPath")?,
+        },
+        op::GET_ALL_CHILDREN_NUMBER => Op::CountDescendants {
+            path: path(reader)?,
+        },
+        op::MULTI_READ => match multi_read(reader)? {
+            Ok(ops) => Op::MultiRead { ops },
+            Err(code) => return Ok(Decoded::Refuse(code)),
+        },
+        op::CHECK_WATCHES => {
+            let path = path(reader)?;
+            let Some(kind) = watcher_kind(reader.int("type")?) else {
+                return Ok(Decoded::Refuse(ErrorCode::BadArguments));
+            };
+            Op::CheckWatches { path, kind }
+        }
         op::CLOSE_SESSION => Op::CloseSession,
         // Membership changes go through Arbor's own admin ops; the reply
         // says ReconfigDisabled (see `reply`).
@@ -164,6 +178,42 @@ fn body(op_code: i32, reader: &mut Reader<'_>) -> Result<Decoded, JuteError> {
         _ => return Ok(Decoded::Refuse(ErrorCode::Unimplemented)),
     };
     Ok(Decoded::Op(decoded))
+}
+
+fn watcher_kind(code: i32) -> Option<WatcherKind> {
+    Some(match code {
+        watcher_type::CHILDREN => WatcherKind::Children,
+        watcher_type::DATA => WatcherKind::Data,
+        watcher_type::ANY => WatcherKind::Any,
+        watcher_type::PERSISTENT => WatcherKind::Persistent,
+        watcher_type::PERSISTENT_RECURSIVE => WatcherKind::PersistentRecursive,
+        _ => return None,
+    })
+}
+
+/// A multiRead's reads (getData and getChildren, each with its `watch`
+/// flag, which ZooKeeper ignores in a multiRead), until a header with
+/// `done`. The inner `Err` is a refusal code.
+fn multi_read(reader: &mut Reader<'_>) -> Result<Result<Vec<ReadOp>, ErrorCode>, JuteError> {
+    let mut ops = Vec::new();
+    loop {
+        let op_code = reader.int("multi type")?;
+        let done = reader.bool("multi done")?;
+        let _err = reader.int("multi err")?;
+        if done {
+            return Ok(Ok(ops));
+        }
+        if ops.len() == MULTI_OPS_MAX {
+            return Ok(Err(ErrorCode::TooLarge));
+        }
+        let path = reader.string("path")?;
+        let _watch = reader.bool("watch")?;
+        ops.push(match op_code {
+            op::GET_DATA => ReadOp::GetData { path },
+            op::GET_CHILDREN => ReadOp::GetChildren { path },
+            _ => return Ok(Err(ErrorCode::Unimplemented)),
+        });
+    }
 }
 
 type Create = (String, Vec<u8>, CreateMode, Vec<Acl>);
@@ -474,6 +524,55 @@ mod tests {
         );
         // Without its closing header the frame is short, not a multi.
         assert!(decode(&frame[..frame.len() - 9]).is_err());
+    }
+
+    #[test]
+    fn the_reads_only_zookeeper_has() {
+        let with_path = |op_code: i32, path: &str| {
+            let mut frame = header(2, op_code);
+            frame.put_string(path);
+            frame
+        };
+        let decoded = |frame: &[u8]| decode(frame).map(|request| request.then);
+        assert_eq!(
+            decoded(&with_path(op::GET_EPHEMERALS, "/a")),
+            Ok(Decoded::Op(Op::GetEphemerals {
+                prefix: "/a".into()
+            }))
+        );
+        assert_eq!(
+            decoded(&with_path(op::GET_ALL_CHILDREN_NUMBER, "/a")),
+            Ok(Decoded::Op(Op::CountDescendants { path: "/a".into() }))
+        );
+        let mut check = with_path(op::CHECK_WATCHES, "/a");
+        check.put_int(watcher_type::DATA);
+        assert_eq!(
+            decoded(&check),
+            Ok(Decoded::Op(Op::CheckWatches {
+                path: "/a".into(),
+                kind: WatcherKind::Data
+            }))
+        );
+        let mut reads = header(3, op::MULTI_READ);
+        for (op_code, path) in [(op::GET_DATA, "/a"), (op::GET_CHILDREN, "/b")] {
+            reads.put_int(op_code);
+            reads.put_bool(false);
+            reads.put_int(-1);
+            reads.put_string(path);
+            reads.put_bool(true);
+        }
+        reads.put_int(-1);
+        reads.put_bool(true);
+        reads.put_int(-1);
+        assert_eq!(
+            decoded(&reads),
+            Ok(Decoded::Op(Op::MultiRead {
+                ops: vec![
+                    ReadOp::GetData { path: "/a".into() },
+                    ReadOp::GetChildren { path: "/b".into() }
+                ]
+            }))
+        );
     }
 
     #[test]
