@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs kazoo's own test suite (the Python ZooKeeper client's kazoo/tests)
 # against arbord's ZooKeeper port: tests/zk-compat/arbor_cluster.py replaces
-# kazoo's test cluster with arbord processes. Installs kazoo and what its
+# kazoo's test cluster with arbord processes. tests/zk-compat/test_interop.py
+# runs beside it: a kazoo Lock and `arbor lock` queueing on one path. Installs kazoo and what its
 # tests import into a virtualenv (target/zk-compat-venv), builds arbord
 # (release), runs every test but those tests/zk-compat/deselected.txt lists
 # with their reasons, and prints the pass rate. Exits non-zero below
@@ -20,7 +21,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/pip" install -q -r tests/zk-compat/requirements.txt
 
-cargo build --release --locked -p arbor-server
+cargo build --release --locked -p arbor-server -p arbor-cli
 kazoo_tests="$("$venv/bin/python" -c 'import kazoo, os; print(os.path.dirname(kazoo.__file__))')/tests"
 
 deselect=()
@@ -30,9 +31,11 @@ done < <(grep -v '^\s*#' tests/zk-compat/deselected.txt | grep -v '^\s*$')
 
 log=target/zk-compat.log
 status=0
-ARBORD="$PWD/target/release/arbord" PYTHONPATH="$PWD/tests/zk-compat" \
+ARBORD="$PWD/target/release/arbord" ARBOR_CLI="$PWD/target/release/arbor" \
+    PYTHONPATH="$PWD/tests/zk-compat" \
     "$venv/bin/python" -m pytest -p arbor_cluster -p no:cacheprovider \
-    --rootdir "$kazoo_tests" "$kazoo_tests" "${deselect[@]}" \
+    --rootdir "$kazoo_tests" "$kazoo_tests" "$PWD/tests/zk-compat/test_interop.py" \
+    "${deselect[@]}" \
     -q -rfE --timeout 120 "$@" 2>&1 | tee "$log" || status=$?
 
 summary=$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -n 1)

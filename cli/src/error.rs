@@ -26,7 +26,48 @@ pub mod exit_code {
     /// The server refused an ACL (unknown scheme, malformed id, `auth` with
     /// no proved id).
     pub const INVALID_ACL: i32 = 11;
+    /// `arbor lock`: the lock was not granted within `--timeout`.
+    pub const LOCK_NOT_TAKEN: i32 = 12;
+    /// `arbor lock`: the lock was lost while the command ran.
+    pub const LOCK_LOST: i32 = 13;
 }
+
+/// `arbor lock` gave up waiting.
+#[derive(Debug)]
+pub struct LockNotTaken {
+    pub path: String,
+    pub waited: Option<std::time::Duration>,
+}
+
+impl std::fmt::Display for LockNotTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.waited {
+            Some(waited) => write!(f, "lock not granted within {waited:?} ({})", self.path),
+            None => write!(f, "lock not granted ({})", self.path),
+        }
+    }
+}
+
+impl std::error::Error for LockNotTaken {}
+
+/// `arbor lock` lost the lock while its command ran.
+#[derive(Debug)]
+pub struct LockLost {
+    pub path: String,
+    pub state: String,
+}
+
+impl std::fmt::Display for LockLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "lock lost while the command ran (connection {}); the command was killed ({})",
+            self.state, self.path
+        )
+    }
+}
+
+impl std::error::Error for LockLost {}
 
 /// The server could not be reached at `server` (connect failed or timed out).
 #[derive(Debug)]
@@ -124,6 +165,20 @@ pub fn classify(err: &anyhow::Error) -> Failure {
             code: "Usage".to_owned(),
             message: usage.message.clone(),
             exit_code: exit_code::USAGE,
+        };
+    }
+    if let Some(not_taken) = err.downcast_ref::<LockNotTaken>() {
+        return Failure {
+            code: "LockNotTaken".to_owned(),
+            message: not_taken.to_string(),
+            exit_code: exit_code::LOCK_NOT_TAKEN,
+        };
+    }
+    if let Some(lost) = err.downcast_ref::<LockLost>() {
+        return Failure {
+            code: "LockLost".to_owned(),
+            message: lost.to_string(),
+            exit_code: exit_code::LOCK_LOST,
         };
     }
     if let Some(unreachable) = err.downcast_ref::<Unreachable>() {

@@ -29,7 +29,9 @@ const DEFAULT_SERVER: &str = "127.0.0.1:7181";
 ///
 /// Exit codes: 0 ok, 1 error, 2 usage error, 3 server unreachable, 4 no node,
 /// 5 node exists, 6 bad version, 7 node not empty, 8 invalid path, 9 not
-/// authorized, 10 authentication failed, 11 invalid ACL.
+/// authorized, 10 authentication failed, 11 invalid ACL, 12 lock not granted
+/// in time, 13 lock lost (`arbor lock`; otherwise it exits with its
+/// command's status).
 #[derive(Debug, Parser)]
 #[command(name = "arbor", version, about, long_about)]
 struct Cli {
@@ -91,6 +93,12 @@ enum Command {
     /// An ensemble's members as each server of --server sees them.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
+    /// Run a command while holding the fair lock at PATH: `arbor lock
+    /// /locks/nightly -- ./backup.sh`. The command gets ARBOR_FENCING_TOKEN
+    /// (and ARBOR_LOCK_PATH, ARBOR_LOCK_NODE); arbor exits with its status,
+    /// 12 if the lock was not granted within --timeout, 13 if it was lost
+    /// while the command ran (the command is then killed).
+    Lock(commands::lock::LockArgs),
 }
 
 impl Global {
@@ -199,6 +207,12 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
         Command::Cluster(command) => return commands::cluster::run(global, command, out).await,
         Command::Shell => return shell::run(global, out).await,
         Command::Browse => return browse::run(global).await,
+        Command::Lock(args) => {
+            let client = commands::connect(global).await?;
+            let code = commands::lock::run(&client, args).await?;
+            client.close().await.ok();
+            std::process::exit(code);
+        }
         Command::Node(command) => command,
     };
     let client = commands::connect(global).await?;

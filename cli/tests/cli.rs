@@ -843,3 +843,82 @@ fn bad_acls_are_refused() {
     let unknown = arbor(&server, &["setacl", "/y", "nosuch:scheme:r"]);
     assert_eq!(unknown.status.code(), Some(11));
 }
+
+// Proves `arbor lock` runs its command under the lock with the fencing
+// token in its environment, exits with the command's status, waits behind a
+// holder (and gives up with 12 after --timeout), and releases when done.
+#[test]
+fn lock_runs_a_command_while_holding_the_lock() {
+    use arbor_client::recipes::Mutex;
+
+    let server = TestServer::start();
+    let ran = arbor(
+        &server,
+        &[
+            "lock",
+            "/jobs/nightly",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$ARBOR_LOCK_PATH $ARBOR_FENCING_TOKEN $ARBOR_LOCK_NODE\"; exit 7",
+        ],
+    );
+    assert_eq!(ran.status.code(), Some(7), "stderr {}", stderr(&ran));
+    let printed = stdout(&ran);
+    let fields: Vec<&str> = printed.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{printed}");
+    assert_eq!(fields[0], "/jobs/nightly");
+    let token: u64 = fields[1].parse().expect("a decimal token");
+    assert!(token > 0);
+    assert!(fields[2].starts_with("/jobs/nightly/_c_"), "{printed}");
+
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let (holder, guard) = runtime.block_on(async {
+        let holder = arbor_tests::client(&server).await;
+        let guard = Mutex::new(&holder, "/jobs/nightly")
+            .lock()
+            .await
+            .expect("released by the command's run");
+        (holder, guard)
+    });
+    assert!(
+        guard.fencing_token() > token,
+        "the next holder's token is larger"
+    );
+    let refused = arbor(
+        &server,
+        &["lock", "/jobs/nightly", "--timeout", "300ms", "--", "true"],
+    );
+    assert_eq!(
+        refused.status.code(),
+        Some(12),
+        "stderr {}",
+        stderr(&refused)
+    );
+    assert!(
+        stderr(&refused).contains("not granted"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // A waiting `arbor lock` runs its command once the holder lets go.
+    let (done_tx, done_rx) = mpsc::channel();
+    let addr = server.addr().to_owned();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(arbor_at(
+            &addr,
+            &["lock", "/jobs/nightly", "--", "true"],
+            b"",
+        ));
+    });
+    runtime.block_on(arbor_tests::wait_for_children(&holder, "/jobs/nightly", 2));
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "ran while another held the lock"
+    );
+    runtime.block_on(guard.release()).expect("released");
+    let waited = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("granted once released");
+    assert_ok(&waited);
+}

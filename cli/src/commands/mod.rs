@@ -5,6 +5,7 @@
 pub mod acl;
 pub mod cluster;
 pub mod get;
+pub mod lock;
 pub mod locks;
 pub mod ls;
 pub mod tree;
