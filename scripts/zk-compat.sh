@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs kazoo's own test suite (the Python ZooKeeper client's kazoo/tests)
 # against arbord's ZooKeeper port: tests/zk-compat/arbor_cluster.py replaces
-# kazoo's test cluster with arbord processes. tests/zk-compat/test_interop.py
-# runs beside it: a kazoo Lock and `arbor lock` queueing on one path. Installs kazoo and what its
-# tests import into a virtualenv (target/zk-compat-venv), builds arbord
-# (release), runs every test but those tests/zk-compat/deselected.txt lists
-# with their reasons, and prints the pass rate. Exits non-zero below
+# kazoo's test cluster with arbord processes. Beside it run our own
+# tests/zk-compat/test_interop.py (a kazoo Lock and `arbor lock` queueing on
+# one path) and test_zkcli.py (ZooKeeper's zkCli.sh, scripted). Installs
+# kazoo and what its tests import into a virtualenv (target/zk-compat-venv)
+# and Debian's zookeeper package if zkCli.sh is missing, builds arbord and
+# arbor (release), runs every test but those tests/zk-compat/deselected.txt
+# lists with their reasons, and prints the pass rate. Exits non-zero below
 # PASS_PERCENT_MIN.
 #
 #   scripts/zk-compat.sh [PYTEST_ARGS...]     e.g. -k lock, or -x
@@ -21,6 +23,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/pip" install -q -r tests/zk-compat/requirements.txt
 
+# zkCli.sh, for test_zkcli.py: Debian's zookeeper package.
+if [ ! -x "${ZKCLI:-/usr/share/zookeeper/bin/zkCli.sh}" ]; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq zookeeper >/dev/null
+fi
+
 cargo build --release --locked -p arbor-server -p arbor-cli
 kazoo_tests="$("$venv/bin/python" -c 'import kazoo, os; print(os.path.dirname(kazoo.__file__))')/tests"
 
@@ -34,7 +44,8 @@ status=0
 ARBORD="$PWD/target/release/arbord" ARBOR_CLI="$PWD/target/release/arbor" \
     PYTHONPATH="$PWD/tests/zk-compat" \
     "$venv/bin/python" -m pytest -p arbor_cluster -p no:cacheprovider \
-    --rootdir "$kazoo_tests" "$kazoo_tests" "$PWD/tests/zk-compat/test_interop.py" \
+    --rootdir "$kazoo_tests" "$kazoo_tests" \
+    "$PWD/tests/zk-compat/test_interop.py" "$PWD/tests/zk-compat/test_zkcli.py" \
     "${deselect[@]}" \
     -q -rfE --timeout 120 "$@" 2>&1 | tee "$log" || status=$?
 

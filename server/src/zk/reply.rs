@@ -42,6 +42,13 @@ pub enum Encoded {
 }
 
 impl ReplyState {
+    /// As after the handshake was answered (for the fuzz target, which
+    /// writes messages without one).
+    #[doc(hidden)]
+    pub fn mark_connected(&mut self) {
+        self.connected = true;
+    }
+
     /// Appends `message` as a frame to `out`. A reply over the frame limit
     /// is not appended (the caller answers it with an error instead).
     pub fn encode(
@@ -171,6 +178,13 @@ fn reply(
             header(xid, zxid, code, out);
         }
         (_, OpResult::Exists(None)) => header(xid, zxid, err::NO_NODE, out),
+        // ZooKeeper answers addWatch with an ErrorResponse of OK, and its
+        // Java client reads one (without it, the client drops the
+        // connection as broken).
+        (op::ADD_WATCH, _) => {
+            header(xid, zxid, err::OK, out);
+            out.put_int(err::OK);
+        }
         _ => {
             header(xid, zxid, err::OK, out);
             body(op_code, result, out);
@@ -448,6 +462,19 @@ mod tests {
         );
         assert_eq!(bytes.len(), 16);
         assert_eq!(Reader::new(&bytes[12..]).int("err"), Ok(err::BAD_VERSION));
+    }
+
+    #[test]
+    fn add_watch_answers_with_an_error_response_of_ok() {
+        let bytes = reply_to(op::ADD_WATCH, Ok(OpResult::WatchesChanged));
+        let mut reader = Reader::new(&bytes[12..]);
+        assert_eq!(
+            (reader.int("err"), reader.int("ErrorResponse")),
+            (Ok(0), Ok(0))
+        );
+        assert!(reader.is_empty());
+        let bytes = reply_to(op::REMOVE_WATCHES, Ok(OpResult::WatchesChanged));
+        assert_eq!(bytes.len(), 16, "removeWatches answers the header alone");
     }
 
     #[test]
