@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-60}"
 shift || true
-all_targets=(frames client_message server_message handshake txnlog snapshot certificate)
+all_targets=(frames client_message server_message handshake txnlog snapshot certificate zk_request zk_reply)
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else

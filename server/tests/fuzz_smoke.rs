@@ -7,7 +7,9 @@
 //!
 //! The seeds are real traffic and real files: the frames a session of every
 //! op kind sends and receives over TCP, and the log segments and snapshots a
-//! server wrote across two starts. The same seeds are the fuzzers' starting
+//! server wrote across two starts; for the ZooKeeper port, a request of every
+//! op code it reads, framed as ZooKeeper 3.9 clients frame them, and the real
+//! server messages as what it writes back. The same seeds are the fuzzers' starting
 //! corpus, written by the ignored test here:
 //!
 //! ```text
@@ -66,7 +68,7 @@ const SEED_ZERO_FILL_BYTES: usize = 32;
 /// A target: its name (as `fuzz/fuzz_targets/<name>.rs`) and its body.
 type Target = (&'static str, fn(&[u8]));
 
-const TARGETS: [Target; 7] = [
+const TARGETS: [Target; 9] = [
     ("frames", protocol::frames),
     ("client_message", protocol::client_message),
     ("server_message", protocol::server_message),
@@ -74,6 +76,8 @@ const TARGETS: [Target; 7] = [
     ("txnlog", server::txnlog),
     ("snapshot", server::snapshot),
     ("certificate", server::certificate),
+    ("zk_request", server::zk_request),
+    ("zk_reply", server::zk_reply),
 ];
 
 // Proves every target returns on real inputs and on mutations of them.
@@ -136,6 +140,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     }
     seeds.extend(file_seeds(&data_dir));
     seeds.extend(certificate_seeds());
+    seeds.extend(zk_request_seeds());
     let _ = std::fs::remove_dir_all(&data_dir);
     seeds
 }
@@ -237,9 +242,153 @@ async fn session_traffic(addr: SocketAddr, start: u64) -> Vec<(&'static str, Vec
     for connection in [&first, &second] {
         seeds.extend(payloads(&connection.sent).map(|payload| ("client_message", payload)));
         seeds.extend(payloads(&connection.received).map(|payload| ("server_message", payload)));
+        // What the ZooKeeper port would write for the same messages.
+        seeds.extend(payloads(&connection.received).map(|payload| ("zk_reply", payload)));
         seeds.push(("frames", [&[64u8][..], &connection.received].concat()));
     }
     seeds
+}
+
+/// Frames as ZooKeeper clients send them (the payload, without the length
+/// prefix): a handshake, new and resumed, and a request of every op code
+/// the ZooKeeper port reads, with the records ZooKeeper 3.9 gives them.
+fn zk_request_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use arbor_server::zk::codes::{create_flags, op};
+    use arbor_server::zk::jute::Write;
+
+    let mut frames = Vec::new();
+    for (session_id, password) in [(0i64, [0u8; 16]), (0x1234, [7; 16])] {
+        let mut connect = Vec::new();
+        connect.put_int(0);
+        connect.put_long(42);
+        connect.put_int(10_000);
+        connect.put_long(session_id);
+        connect.put_bytes(&password);
+        connect.put_bool(false);
+        frames.push(connect);
+    }
+    let header = |xid: i32, op_code: i32| {
+        let mut out = Vec::new();
+        out.put_int(xid);
+        out.put_int(op_code);
+        out
+    };
+    let acl = |out: &mut Vec<u8>| {
+        out.put_count(2);
+        out.put_int(31);
+        out.put_string("world");
+        out.put_string("anyone");
+        out.put_int(1);
+        out.put_string("digest");
+        out.put_string("alice:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+    };
+    let create_body = |out: &mut Vec<u8>, path: &str, flags: i32| {
+        out.put_string(path);
+        out.put_bytes(b"data");
+        acl(out);
+        out.put_int(flags);
+    };
+    for (op_code, flags) in [
+        (op::CREATE, create_flags::PERSISTENT),
+        (op::CREATE2, create_flags::EPHEMERAL_SEQUENTIAL),
+        (op::CREATE_CONTAINER, create_flags::CONTAINER),
+    ] {
+        let mut frame = header(1, op_code);
+        create_body(&mut frame, "/a/b", flags);
+        frames.push(frame);
+    }
+    let mut ttl = header(2, op::CREATE_TTL);
+    create_body(&mut ttl, "/t", create_flags::PERSISTENT_WITH_TTL);
+    ttl.put_long(60_000);
+    frames.push(ttl);
+    for (op_code, tail) in [
+        (op::DELETE, Some(3)),
+        (op::EXISTS, None),
+        (op::GET_DATA, None),
+        (op::GET_CHILDREN, None),
+        (op::GET_CHILDREN2, None),
+        (op::CHECK, Some(0)),
+        (op::REMOVE_WATCHES, Some(3)),
+        (op::CHECK_WATCHES, Some(2)),
+        (op::ADD_WATCH, Some(1)),
+    ] {
+        let mut frame = header(3, op_code);
+        frame.put_string("/a");
+        match tail {
+            Some(value) => frame.put_int(value),
+            None => frame.put_bool(true),
+        }
+        frames.push(frame);
+    }
+    for op_code in [
+        op::GET_ACL,
+        op::SYNC,
+        op::GET_EPHEMERALS,
+        op::GET_ALL_CHILDREN_NUMBER,
+    ] {
+        let mut frame = header(4, op_code);
+        frame.put_string("/a");
+        frames.push(frame);
+    }
+    let mut set = header(5, op::SET_DATA);
+    set.put_string("/a");
+    set.put_bytes(b"new");
+    set.put_int(-1);
+    frames.push(set);
+    let mut set_acl = header(6, op::SET_ACL);
+    set_acl.put_string("/a");
+    acl(&mut set_acl);
+    set_acl.put_int(0);
+    frames.push(set_acl);
+    for op_code in [op::PING, op::CLOSE_SESSION, op::WHO_AM_I, op::RECONFIG] {
+        frames.push(header(-2, op_code));
+    }
+    let mut auth = header(-4, op::AUTH);
+    auth.put_int(0);
+    auth.put_string("digest");
+    auth.put_bytes(b"alice:secret");
+    frames.push(auth);
+    let mut watches = header(-8, op::SET_WATCHES2);
+    watches.put_long(7);
+    for paths in [&["/a"][..], &["/b"], &["/c", "/d"], &[], &["/"]] {
+        watches.put_count(paths.len());
+        for path in paths {
+            watches.put_string(path);
+        }
+    }
+    frames.push(watches);
+    let sub = |out: &mut Vec<u8>, op_code: i32, done: bool| {
+        out.put_int(op_code);
+        out.put_bool(done);
+        out.put_int(-1);
+    };
+    let mut multi = header(7, op::MULTI);
+    sub(&mut multi, op::CREATE, false);
+    create_body(&mut multi, "/m", create_flags::PERSISTENT);
+    sub(&mut multi, op::SET_DATA, false);
+    multi.put_string("/m");
+    multi.put_bytes(b"x");
+    multi.put_int(0);
+    sub(&mut multi, op::CHECK, false);
+    multi.put_string("/m");
+    multi.put_int(1);
+    sub(&mut multi, op::DELETE, false);
+    multi.put_string("/m");
+    multi.put_int(-1);
+    sub(&mut multi, op::ERROR, true);
+    frames.push(multi);
+    let mut reads = header(8, op::MULTI_READ);
+    for op_code in [op::GET_DATA, op::GET_CHILDREN] {
+        sub(&mut reads, op_code, false);
+        reads.put_string("/m");
+        reads.put_bool(false);
+    }
+    sub(&mut reads, op::ERROR, true);
+    frames.push(reads);
+    frames
+        .into_iter()
+        .map(|frame| ("zk_request", frame))
+        .collect()
 }
 
 /// The first frame of `stream`: a connection's handshake alone.

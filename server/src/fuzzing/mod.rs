@@ -1,5 +1,6 @@
 //! The bodies of the fuzz targets for what the server decodes: a
-//! connection's first bytes, log segments, snapshots and certificates.
+//! connection's first bytes, log segments, snapshots, certificates, and
+//! the ZooKeeper port's jute (and what it writes back).
 //! `fuzz/` (cargo-fuzz, nightly) calls them from libFuzzer, and the stable
 //! smoke test (`server/tests/fuzz_smoke.rs`) calls them on seeds and seeded
 //! mutations in every `cargo test`: one body, two drivers. They are public
@@ -27,8 +28,11 @@ pub use handshake::handshake;
 pub use snapshot::snapshot;
 pub use txnlog::txnlog;
 
+use arbor_protocol::{codec, ServerMessage};
+
 use crate::acl::x509;
 use crate::cluster::peer_tls;
+use crate::zk;
 
 /// A certificate a TLS client or peer presented (DER), as the server reads
 /// its subject (the x509 ACL id), its DNS names and the member it names.
@@ -36,6 +40,48 @@ pub fn certificate(data: &[u8]) {
     let _ = x509::subject_name(data);
     let _ = x509::dns_names(data);
     let _ = peer_tls::named_member(data);
+}
+
+/// A frame from a ZooKeeper client, as the ZooKeeper port reads it: as a
+/// handshake (`ConnectRequest`) and as a request after one. Whatever it
+/// holds, each is read or refused; a request's op code and xid survive
+/// the native xid they travel in.
+pub fn zk_request(data: &[u8]) {
+    let _ = zk::handshake::decode(data);
+    if let Ok(request) = zk::request::decode(data) {
+        let native = zk::request::native_xid(request.op_code, request.xid);
+        assert_eq!(
+            zk::request::split_xid(native),
+            (request.op_code, request.xid)
+        );
+    }
+}
+
+/// What the ZooKeeper port writes for any message the server could send
+/// (read here from its native encoding): a frame whose length prefix is its
+/// length, or nothing; never a panic, whichever op code the xid names.
+pub fn zk_reply(data: &[u8]) {
+    let Ok(message) = codec::decode::<ServerMessage>(data) else {
+        return;
+    };
+    let frame_bytes_max = 1 << 20;
+    for connected in [false, true] {
+        let mut state = zk::reply::ReplyState::default();
+        if connected {
+            state.mark_connected();
+        }
+        let mut out = Vec::new();
+        match state.encode(&message, frame_bytes_max, &mut out) {
+            zk::reply::Encoded::Framed => {
+                let prefix: [u8; 4] = out[..4].try_into().expect("a length prefix");
+                assert_eq!(u32::from_be_bytes(prefix) as usize, out.len() - 4);
+                assert!(out.len() - 4 <= frame_bytes_max);
+            }
+            zk::reply::Encoded::Nothing | zk::reply::Encoded::TooLarge { .. } => {
+                assert!(out.is_empty(), "bytes left behind");
+            }
+        }
+    }
 }
 
 /// The input's mode byte: whether to frame the rest as records, and the

@@ -1,0 +1,5 @@
+#![no_main]
+
+use arbor_fuzz as _;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| arbor_server::fuzzing::zk_reply(data));
