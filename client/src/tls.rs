@@ -149,7 +149,9 @@ impl TlsOptions {
     }
 
     /// Uses a rustls configuration made elsewhere (other roots, a custom
-    /// verifier, session resumption settings).
+    /// verifier, session resumption settings). Put a client certificate in
+    /// that configuration: [`TlsOptions::with_client_certificate`] builds a
+    /// new one from the roots of [`TlsOptions::new`], which this has none of.
     pub fn from_config(config: Arc<ClientConfig>) -> TlsOptions {
         TlsOptions {
             roots: Arc::new(RootCertStore::empty()),

@@ -8,10 +8,10 @@
 use std::net::IpAddr;
 
 use arbor_protocol::acl::{Acl, Id};
-
-use crate::acl::identity::Origin;
 use arbor_protocol::{MultiOp, SessionId, Zxid, SESSION_PASSWORD_BYTES};
 use bincode::{Decode, Encode};
+
+use crate::acl::identity::Origin;
 
 /// A deterministic change to the state machine.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

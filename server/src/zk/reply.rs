@@ -143,6 +143,18 @@ fn acl_list(acl: &[Acl], out: &mut Vec<u8>) {
     }
 }
 
+/// A `MultiHeader` of a multi's or multiRead's answer.
+fn multi_header(op_code: i32, done: bool, code: i32, out: &mut Vec<u8>) {
+    out.put_int(op_code);
+    out.put_bool(done);
+    out.put_int(code);
+}
+
+/// The header that ends a multi's or multiRead's answer.
+fn multi_end(out: &mut Vec<u8>) {
+    multi_header(op::ERROR, true, op::ERROR, out);
+}
+
 fn header(xid: i32, zxid: u64, code: i32, out: &mut Vec<u8>) {
     out.put_int(xid);
     out.put_long(zxid as i64);
@@ -283,9 +295,7 @@ fn multi(outcomes: &[MultiOpOutcome], out: &mut Vec<u8>) {
             MultiOpOutcome::Failed(code) => (op::ERROR, error_code(*code)),
             MultiOpOutcome::NotRun => (op::ERROR, err::RUNTIME_INCONSISTENCY),
         };
-        out.put_int(op_code);
-        out.put_bool(false);
-        out.put_int(code);
+        multi_header(op_code, false, code, out);
         match outcome {
             MultiOpOutcome::Applied(result) if !failed => match result {
                 // Every create in a multi answers as `create` does (a path):
@@ -297,9 +307,7 @@ fn multi(outcomes: &[MultiOpOutcome], out: &mut Vec<u8>) {
             _ => out.put_int(code),
         }
     }
-    out.put_int(op::ERROR);
-    out.put_bool(true);
-    out.put_int(op::ERROR);
+    multi_end(out);
 }
 
 /// A multiRead's answer: a `MultiHeader` and a record per read (its
@@ -309,16 +317,12 @@ fn multi_read(results: &[Result<OpResult, ErrorCode>], out: &mut Vec<u8>) {
     for result in results {
         match result {
             Ok(OpResult::Data { data, stat: found }) => {
-                out.put_int(op::GET_DATA);
-                out.put_bool(false);
-                out.put_int(err::OK);
+                multi_header(op::GET_DATA, false, err::OK, out);
                 out.put_bytes(data);
                 stat(found, out);
             }
             Ok(OpResult::Children { names, .. }) => {
-                out.put_int(op::GET_CHILDREN);
-                out.put_bool(false);
-                out.put_int(err::OK);
+                multi_header(op::GET_CHILDREN, false, err::OK, out);
                 let names = names.clone().into_vec();
                 out.put_count(names.len());
                 for name in &names {
@@ -330,16 +334,12 @@ fn multi_read(results: &[Result<OpResult, ErrorCode>], out: &mut Vec<u8>) {
                     Err(code) => error_code(*code),
                     Ok(_) => err::SYSTEM_ERROR,
                 };
-                out.put_int(op::ERROR);
-                out.put_bool(false);
-                out.put_int(code);
+                multi_header(op::ERROR, false, code, out);
                 out.put_int(code);
             }
         }
     }
-    out.put_int(op::ERROR);
-    out.put_bool(true);
-    out.put_int(op::ERROR);
+    multi_end(out);
 }
 
 fn multi_op_code(result: &OpResult) -> i32 {

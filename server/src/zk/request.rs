@@ -146,13 +146,10 @@ fn body(op_code: i32, reader: &mut Reader<'_>) -> Result<Decoded, JuteError> {
             };
             Op::AddWatch { path, mode }
         }
-        op::REMOVE_WATCHES => {
-            let path = path(reader)?;
-            let Some(kind) = watcher_kind(reader.int("type")?) else {
-                return Ok(Decoded::Refuse(ErrorCode::BadArguments));
-            };
-            Op::RemoveWatches { path, kind }
-        }
+        op::REMOVE_WATCHES => match watcher(reader)? {
+            Some((path, kind)) => Op::RemoveWatches { path, kind },
+            None => return Ok(Decoded::Refuse(ErrorCode::BadArguments)),
+        },
         op::WHO_AM_I => Op::WhoAmI,
         op::GET_EPHEMERALS => Op::GetEphemerals {
             prefix: reader.string("prefixPath")?,
@@ -164,13 +161,10 @@ fn body(op_code: i32, reader: &mut Reader<'_>) -> Result<Decoded, JuteError> {
             Ok(ops) => Op::MultiRead { ops },
             Err(code) => return Ok(Decoded::Refuse(code)),
         },
-        op::CHECK_WATCHES => {
-            let path = path(reader)?;
-            let Some(kind) = watcher_kind(reader.int("type")?) else {
-                return Ok(Decoded::Refuse(ErrorCode::BadArguments));
-            };
-            Op::CheckWatches { path, kind }
-        }
+        op::CHECK_WATCHES => match watcher(reader)? {
+            Some((path, kind)) => Op::CheckWatches { path, kind },
+            None => return Ok(Decoded::Refuse(ErrorCode::BadArguments)),
+        },
         op::CLOSE_SESSION => Op::CloseSession,
         // Membership changes go through Arbor's own admin ops; the reply
         // says ReconfigDisabled (see `reply`).
@@ -178,6 +172,14 @@ fn body(op_code: i32, reader: &mut Reader<'_>) -> Result<Decoded, JuteError> {
         _ => return Ok(Decoded::Refuse(ErrorCode::Unimplemented)),
     };
     Ok(Decoded::Op(decoded))
+}
+
+/// The path and watcher type of removeWatches and checkWatches; `None`
+/// for a type ZooKeeper does not define.
+fn watcher(reader: &mut Reader<'_>) -> Result<Option<(String, WatcherKind)>, JuteError> {
+    let path = reader.string("path")?;
+    let kind = watcher_kind(reader.int("type")?);
+    Ok(kind.map(|kind| (path, kind)))
 }
 
 fn watcher_kind(code: i32) -> Option<WatcherKind> {
