@@ -27,6 +27,7 @@ pub mod path;
 pub mod request;
 pub mod response;
 pub mod stat;
+pub mod zookeeper;
 
 pub use acl::{Acl, Id, Perms};
 pub use child_names::ChildNames;

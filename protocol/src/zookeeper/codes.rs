@@ -2,7 +2,7 @@
 //! error codes, event types and states, and how Arbor's own error codes
 //! map onto them.
 
-use arbor_protocol::{ErrorCode, EventType};
+use crate::{ErrorCode, EventType};
 
 /// Op codes of a `RequestHeader` (ZooKeeper's `ZooDefs.OpCode`).
 pub mod op {
