@@ -45,6 +45,13 @@ struct Cli {
     /// Server address [default: 127.0.0.1:7181 for arbor, 127.0.0.1:2181 for zookeeper].
     #[arg(long, global = true)]
     server: Option<String>,
+    /// ZooKeeper only: the client the load workloads (create, get, set,
+    /// delete, mixed) drive: `lean` (this tool's pipelined jute client,
+    /// about as cheap per request as arbor-client, so the server gets the
+    /// same CPU either way) or `crate` (zookeeper-client, a second load
+    /// generator). Workloads that set watches always use zookeeper-client.
+    #[arg(long, global = true, value_enum, default_value = "lean")]
+    zk_client: target::ZkClient,
     /// Leave the workload's nodes in place instead of deleting them.
     #[arg(long, global = true)]
     keep: bool,
@@ -96,6 +103,20 @@ enum Workload {
     FsyncProbe(fsync::FsyncArgs),
 }
 
+impl Workload {
+    /// The workloads `--zk-client` applies to.
+    fn is_load(&self) -> bool {
+        matches!(
+            self,
+            Workload::Create(_)
+                | Workload::Get(_)
+                | Workload::Set(_)
+                | Workload::Delete(_)
+                | Workload::Mixed(_)
+        )
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -133,6 +154,7 @@ fn run(cli: Cli) -> Result<String> {
             .server
             .unwrap_or_else(|| cli.target.default_server().to_owned()),
         keep: cli.keep,
+        zk_client: cli.zk_client,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -156,6 +178,7 @@ fn run(cli: Cli) -> Result<String> {
             Workload::FsyncProbe(args) => fsync::run(args)?,
         };
         if env.kind == Kind::Zookeeper {
+            // (Lean sessions close explicitly; this is for zookeeper-client's.)
             tokio::time::sleep(ZOOKEEPER_CLOSE_LINGER).await;
         }
         let mut report = report;
@@ -164,6 +187,9 @@ fn run(cli: Cli) -> Result<String> {
         }
         if cli.tls_ca.is_some() {
             report.field("tls", true);
+        }
+        if env.kind == Kind::Zookeeper && cli.workload.is_load() {
+            report.field("zk_client", env.zk_client.name());
         }
         Ok::<_, anyhow::Error>(report.line())
     });

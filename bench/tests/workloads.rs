@@ -76,6 +76,42 @@ fn load_workloads_report_one_json_line() {
     }
 }
 
+// Proves the load workloads run over ZooKeeper's protocol with both
+// ZooKeeper clients (against Arbor's ZooKeeper port): every op succeeds (a
+// lost create would fail its delete, a missing key its get), the row says
+// which client ran, and nothing is left behind.
+#[test]
+fn load_workloads_run_over_both_zookeeper_clients() {
+    let server = TestServer::start();
+    let before = root_children(server.addr());
+    for client in ["lean", "crate"] {
+        for workload in ["create", "get", "set", "delete", "mixed"] {
+            let report = bench(&[
+                "--target",
+                "zookeeper",
+                "--zk-client",
+                client,
+                "--server",
+                server.zk_addr(),
+                workload,
+                "--count",
+                "300",
+                "--keys",
+                "50",
+                "--conns",
+                "2",
+                "--concurrency",
+                "8",
+            ]);
+            assert_eq!(report["workload"], workload);
+            assert_eq!(report["target"], "zookeeper");
+            assert_eq!(report["zk_client"], client);
+            assert_eq!(report["ops"], 300);
+        }
+    }
+    assert_eq!(root_children(server.addr()), before);
+}
+
 // Proves a load row says what the server and the load generator spent.
 #[test]
 fn load_reports_cpu_per_op_of_server_and_load_generator() {

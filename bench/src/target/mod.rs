@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 pub mod arbor;
+pub mod jute_client;
 pub mod zk_lock;
 pub mod zookeeper;
 
@@ -45,6 +46,27 @@ impl Kind {
     }
 }
 
+/// Which client a ZooKeeper session is opened with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ZkClient {
+    /// This tool's pipelined jute client (`jute_client.rs`): costs about
+    /// what arbor-client costs per request; sets no watches.
+    Lean,
+    /// The `zookeeper-client` crate: watches, and a second load generator.
+    #[default]
+    Crate,
+}
+
+impl ZkClient {
+    /// The name printed in the JSON `zk_client` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            ZkClient::Lean => "lean",
+            ZkClient::Crate => "crate",
+        }
+    }
+}
+
 /// How to open a session.
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
@@ -54,6 +76,8 @@ pub struct ConnectOptions {
     /// Requests one session may have in flight (Arbor's client bounds it;
     /// ZooKeeper's client does not).
     pub max_in_flight: usize,
+    /// The client of a ZooKeeper session (Arbor's is always arbor-client).
+    pub zk_client: ZkClient,
 }
 
 impl Default for ConnectOptions {
@@ -62,6 +86,7 @@ impl Default for ConnectOptions {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_in_flight: arbor_client::DEFAULT_MAX_IN_FLIGHT,
+            zk_client: ZkClient::Crate,
         }
     }
 }
@@ -95,6 +120,8 @@ pub enum WatchOutcome {
 pub enum Session {
     Arbor(arbor_client::Client),
     Zookeeper(zookeeper::ZkSession),
+    /// ZooKeeper over the lean client.
+    Jute(jute_client::JuteSession),
 }
 
 /// A one-shot watch set by [`Session::exists_watch`].
@@ -136,7 +163,10 @@ impl Session {
     pub async fn connect(kind: Kind, addr: &str, options: &ConnectOptions) -> Result<Session> {
         match kind {
             Kind::Arbor => Ok(Session::Arbor(arbor::connect(addr, options).await?)),
-            Kind::Zookeeper => Ok(Session::Zookeeper(zookeeper::connect(addr, options).await?)),
+            Kind::Zookeeper => match options.zk_client {
+                ZkClient::Crate => Ok(Session::Zookeeper(zookeeper::connect(addr, options).await?)),
+                ZkClient::Lean => Ok(Session::Jute(jute_client::connect(addr, options).await?)),
+            },
         }
     }
 
@@ -183,7 +213,7 @@ impl Session {
     pub fn kind(&self) -> Kind {
         match self {
             Session::Arbor(_) => Kind::Arbor,
-            Session::Zookeeper(_) => Kind::Zookeeper,
+            Session::Zookeeper(_) | Session::Jute(_) => Kind::Zookeeper,
         }
     }
 
@@ -191,6 +221,7 @@ impl Session {
     pub async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<String> {
         match self {
             Session::Arbor(client) => arbor::create(client, path, data, mode).await,
+            Session::Jute(jute) => jute.create(path, data, mode).await,
             Session::Zookeeper(zk) => zookeeper::create(zk, path, data, mode).await,
         }
     }
@@ -199,6 +230,7 @@ impl Session {
     pub async fn ensure(&self, path: &str, data: &[u8]) -> Result<()> {
         match self {
             Session::Arbor(client) => arbor::ensure(client, path, data).await,
+            Session::Jute(jute) => jute.ensure(path, data).await,
             Session::Zookeeper(zk) => zookeeper::ensure(zk, path, data).await,
         }
     }
@@ -207,6 +239,7 @@ impl Session {
     pub async fn create_batch(&self, paths: &[String], data: &[u8]) -> Result<()> {
         match self {
             Session::Arbor(client) => arbor::create_batch(client, paths, data).await,
+            Session::Jute(jute) => jute.create_batch(paths, data).await,
             Session::Zookeeper(zk) => zookeeper::create_batch(zk, paths, data).await,
         }
     }
@@ -215,6 +248,7 @@ impl Session {
     pub async fn delete_batch(&self, paths: &[String]) -> Result<()> {
         match self {
             Session::Arbor(client) => arbor::delete_batch(client, paths).await,
+            Session::Jute(jute) => jute.delete_batch(paths).await,
             Session::Zookeeper(zk) => zookeeper::delete_batch(zk, paths).await,
         }
     }
@@ -223,6 +257,7 @@ impl Session {
     pub async fn get(&self, path: &str) -> Result<usize> {
         match self {
             Session::Arbor(client) => Ok(client.get_data(path).await?.0.len()),
+            Session::Jute(jute) => jute.get(path).await,
             Session::Zookeeper(zk) => Ok(zk.client.get_data(path).await?.0.len()),
         }
     }
@@ -231,6 +266,7 @@ impl Session {
     pub async fn exists(&self, path: &str) -> Result<bool> {
         match self {
             Session::Arbor(client) => Ok(client.exists(path).await?.is_some()),
+            Session::Jute(jute) => jute.exists(path).await,
             Session::Zookeeper(zk) => Ok(zk.client.check_stat(path).await?.is_some()),
         }
     }
@@ -239,6 +275,7 @@ impl Session {
     pub async fn get_if_exists(&self, path: &str) -> Result<Option<Vec<u8>>> {
         match self {
             Session::Arbor(client) => arbor::get_if_exists(client, path).await,
+            Session::Jute(jute) => jute.get_if_exists(path).await,
             Session::Zookeeper(zk) => zookeeper::get_if_exists(zk, path).await,
         }
     }
@@ -249,6 +286,7 @@ impl Session {
                 client.set_data(path, data, None).await?;
                 Ok(())
             }
+            Session::Jute(jute) => jute.set(path, data).await,
             Session::Zookeeper(zk) => {
                 zk.client.set_data(path, data, None).await?;
                 Ok(())
@@ -259,6 +297,7 @@ impl Session {
     pub async fn delete(&self, path: &str) -> Result<()> {
         match self {
             Session::Arbor(client) => Ok(client.delete(path, None).await?),
+            Session::Jute(jute) => jute.delete(path).await,
             Session::Zookeeper(zk) => Ok(zk.client.delete(path, None).await?),
         }
     }
@@ -266,6 +305,7 @@ impl Session {
     pub async fn delete_if_exists(&self, path: &str) -> Result<()> {
         match self {
             Session::Arbor(client) => arbor::delete_if_exists(client, path).await,
+            Session::Jute(jute) => jute.delete_if_exists(path).await,
             Session::Zookeeper(zk) => zookeeper::delete_if_exists(zk, path).await,
         }
     }
@@ -273,6 +313,7 @@ impl Session {
     pub async fn children(&self, path: &str) -> Result<Vec<String>> {
         match self {
             Session::Arbor(client) => Ok(client.get_children(path).await?),
+            Session::Jute(jute) => jute.children(path).await,
             Session::Zookeeper(zk) => Ok(zk.client.list_children(path).await?),
         }
     }
@@ -285,6 +326,7 @@ impl Session {
                 (Some(_), watch) => Ok(Some(Watch::Arbor(watch))),
                 (None, _) => Ok(None),
             },
+            Session::Jute(_) => Err(no_watches()),
             Session::Zookeeper(zk) => match zk.client.check_and_watch_stat(path).await? {
                 (Some(_), watcher) => Ok(Some(Watch::Zookeeper(watcher))),
                 (None, _) => Ok(None),
@@ -301,6 +343,7 @@ impl Session {
                 client.ping().await?;
                 Ok(())
             }
+            Session::Jute(jute) => jute.exists("/").await.map(|_| ()),
             Session::Zookeeper(zk) => {
                 zk.client.check_stat("/").await?;
                 Ok(())
@@ -315,6 +358,7 @@ impl Session {
     pub fn watch_events(&self) -> u64 {
         match self {
             Session::Arbor(client) => client.watch_events_received(),
+            Session::Jute(_) => 0,
             Session::Zookeeper(zk) => zk.events(),
         }
     }
@@ -323,6 +367,7 @@ impl Session {
     pub fn negotiated_timeout(&self) -> Duration {
         match self {
             Session::Arbor(client) => client.session_timeout(),
+            Session::Jute(jute) => jute.session_timeout(),
             Session::Zookeeper(zk) => zk.client.session_timeout(),
         }
     }
@@ -349,6 +394,7 @@ impl Session {
                     .await?;
                 Ok(LockGuard::ArborMutex(guard))
             }
+            Session::Jute(_) => Err(no_watches()),
             Session::Zookeeper(zk) => Ok(LockGuard::Zookeeper(
                 zk_lock::acquire(zk, dir, herd, ready).await?,
             )),
@@ -365,6 +411,7 @@ impl Session {
     pub async fn close(self) -> Result<()> {
         match self {
             Session::Arbor(client) => Ok(client.close().await?),
+            Session::Jute(jute) => jute.close().await,
             Session::Zookeeper(zk) => {
                 // zookeeper-client sends CloseSession when the last clone of
                 // the client is dropped; `main` lingers briefly before exit so
@@ -374,6 +421,13 @@ impl Session {
             }
         }
     }
+}
+
+/// What a workload that needs watches gets from a lean session.
+fn no_watches() -> anyhow::Error {
+    anyhow::anyhow!(
+        "the lean ZooKeeper client sets no watches; open this session with zookeeper-client"
+    )
 }
 
 /// Sessions opened concurrently by [`Session::connect_many`].

@@ -105,6 +105,7 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
             arbor_client::DEFAULT_MAX_IN_FLIGHT,
             MAX_IN_FLIGHT_PER_SESSION,
         ),
+        zk_client: env.zk_client,
         ..ConnectOptions::default()
     };
     let sessions = env.connect_many(&options, args.conns).await?;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Result};
 
 use crate::stats::micros;
-use crate::target::{ConnectOptions, Kind, NodeMode, Session, CONNECTS_IN_PARALLEL};
+use crate::target::{ConnectOptions, Kind, NodeMode, Session, ZkClient, CONNECTS_IN_PARALLEL};
 
 pub mod children;
 pub mod expiry;
@@ -39,6 +39,8 @@ pub struct Env {
     pub server: String,
     /// Leave created nodes in place.
     pub keep: bool,
+    /// The ZooKeeper client of the load workloads.
+    pub zk_client: ZkClient,
 }
 
 impl Env {
