@@ -79,6 +79,8 @@ pub struct Config {
     /// The certificate, key and CA of ensemble peer TLS (mutual, always);
     /// `None`: peers talk plain TCP.
     pub peer_tls: Option<crate::net::TlsFiles>,
+    /// The four-letter words the ZooKeeper port answers (`--4lw`).
+    pub four_letter_words: crate::zk::four_letter::Whitelist,
 }
 
 /// Who this member is and who the others are.
@@ -145,6 +147,7 @@ impl Default for Config {
             super_digest: None,
             tls: None,
             peer_tls: None,
+            four_letter_words: crate::zk::four_letter::Whitelist::default(),
         }
     }
 }

@@ -372,7 +372,13 @@ async fn four_letter_words_and_bad_input_on_the_zookeeper_port() {
         .collect();
     assert!(digits >= vec![3, 5, 0], "{version}");
     assert!(text("mntr").contains("zk_server_state\tstandalone"));
-    assert!(text("dump").contains("not in the whitelist"));
+    // The default --4lw list leaves out the words that list sessions.
+    for word in ["cons", "dump"] {
+        assert_eq!(
+            text(word),
+            format!("{word} is not executed because it is not in the whitelist.\n")
+        );
+    }
 
     // A frame longer than the limit, a handshake that is not one, a
     // truncated request after a good handshake: each connection is closed,
@@ -401,6 +407,54 @@ async fn four_letter_words_and_bad_input_on_the_zookeeper_port() {
         .create("/after", b"", &persistent())
         .await
         .expect("served after the bad input");
+}
+
+// Proves that with `--4lw '*'` the listings show a live session's watch,
+// connection and ephemeral by its id (the default list refuses them: see
+// four_letter_words_and_bad_input_on_the_zookeeper_port).
+#[tokio::test]
+async fn listings_name_the_sessions_watches_and_ephemerals() {
+    let server = TestServer::start_with(&["--4lw", "*"]);
+    let zookeeper = zk_client(&server).await;
+    zookeeper
+        .create("/watched", b"", &persistent())
+        .await
+        .expect("created");
+    let (_, _, _watcher) = zookeeper
+        .get_and_watch_data("/watched")
+        .await
+        .expect("a data watch");
+    zookeeper
+        .create("/mine", b"", &ephemeral())
+        .await
+        .expect("an ephemeral");
+    let session = format!("{:#x}", zookeeper.session_id().0 as u64);
+    let addr = server.zk_addr().to_owned();
+    let text = |word: &str| String::from_utf8(exchange(&addr, word.as_bytes())).expect("text");
+
+    let wchc = text("wchc");
+    assert!(wchc.contains(&format!("{session}\n\t/watched\n")), "{wchc}");
+    let wchp = text("wchp");
+    assert!(wchp.contains(&format!("/watched\n\t{session}\n")), "{wchp}");
+    assert_eq!(
+        text("wchs"),
+        "1 connections watching 1 paths\nTotal watches:1\n"
+    );
+    let cons = text("cons");
+    let line = cons
+        .lines()
+        .find(|line| line.contains(&format!("sid={session}")))
+        .unwrap_or_else(|| panic!("no connection of {session} in {cons:?}"));
+    assert!(line.starts_with(" /127.0.0.1:"), "{line}");
+    let timeout_ms = zookeeper.session_timeout().as_millis();
+    assert!(line.contains(&format!(",to={timeout_ms})")), "{line}");
+    let dump = text("dump");
+    assert!(dump.contains("Sessions with Ephemerals (1):"), "{dump}");
+    assert!(dump.contains(&format!("{session}:\n\t/mine\n")), "{dump}");
+    assert!(
+        dump.contains(&format!("{session}\t{timeout_ms}ms")),
+        "{dump}"
+    );
 }
 
 #[tokio::test]

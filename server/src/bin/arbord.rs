@@ -11,6 +11,7 @@ use arbor_server::config::EnsembleConfig;
 use arbor_server::net::TlsFiles;
 use arbor_server::server::Listeners;
 use arbor_server::storage::txnlog::FsyncPolicy;
+use arbor_server::zk::four_letter::Whitelist;
 use arbor_server::{Config, Server};
 use clap::Parser;
 use tracing::warn;
@@ -68,6 +69,13 @@ struct Args {
     /// standalone; off in an ensemble, whose members each name their own.
     #[arg(long, value_parser = parse_listen)]
     zk_listen: Option<Listen>,
+    /// The four-letter words the ZooKeeper port answers, comma-separated,
+    /// or `*` for all (ZooKeeper's `4lw.commands.whitelist`; `srvr` is
+    /// always on). Others get "… is not in the whitelist". Default:
+    /// ruok,srvr,stat,mntr,envi,conf,isro, leaving out cons, wchc, wchp,
+    /// wchs and dump, which list sessions and their watches.
+    #[arg(long = "4lw", value_name = "LIST", value_parser = Whitelist::parse)]
+    four_letter_words: Option<Whitelist>,
     /// Address to listen on for TLS clients, beside (or, with `--listen
     /// off`, instead of) the plain port. Needs --tls-cert and --tls-key.
     #[arg(long, requires_all = ["tls_cert", "tls_key"])]
@@ -294,6 +302,7 @@ impl Args {
             super_digest: self.super_digest.clone(),
             tls: self.tls(),
             peer_tls: self.peer_tls(),
+            four_letter_words: self.four_letter_words.unwrap_or_default(),
             ..Config::default()
         })
     }
@@ -368,6 +377,7 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
     config.validate().context("invalid settings")?;
     let listen = args.listen(&config)?;
     let zk_listen = args.zk_listen(&config)?;
+    let four_letter_words = config.four_letter_words;
     let server = Server::open(config)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -394,6 +404,9 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
             },
             None => None,
         };
+        if zk.is_some() {
+            tracing::info!(words = %four_letter_words, "four-letter words answered on the ZooKeeper port");
+        }
         // Printed once the data directory is recovered and the ports are
         // bound, plain first: tests start arbord on port 0 and read these
         // lines to find it.

@@ -2,6 +2,7 @@
 //! session ends reach it.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 
 use arbor_protocol::{ErrorCode, ServerMessage, SessionId, WatchEvent};
 use tokio::sync::mpsc::error::TrySendError;
@@ -15,6 +16,8 @@ use crate::txn::CloseReason;
 #[derive(Debug, Clone)]
 pub struct ConnectionHandle {
     pub connection_id: u64,
+    /// The client's address, for listings (`cons`).
+    pub peer: SocketAddr,
     pub outbound: OutboundSender,
     /// Cancelled to make the connection stop reading and close.
     pub closer: CancellationToken,
@@ -99,6 +102,14 @@ impl ConnectionRegistry {
             message: "the session was resumed on another server".into(),
         }));
         handle.closer.cancel();
+    }
+
+    /// Each session with a connection to this server, with the client's
+    /// address, in no particular order.
+    pub fn peers(&self) -> impl ExactSizeIterator<Item = (SessionId, SocketAddr)> + '_ {
+        self.by_session
+            .iter()
+            .map(|(session_id, handle)| (*session_id, handle.peer))
     }
 
     /// The sessions with a connection to this server.

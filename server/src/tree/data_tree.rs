@@ -373,6 +373,16 @@ impl DataTree {
         false
     }
 
+    /// Every session that owns ephemerals, with them in path order; the
+    /// sessions in no particular order (`dump`).
+    pub fn ephemerals_by_session(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (SessionId, impl Iterator<Item = &String>)> {
+        self.ephemerals
+            .iter()
+            .map(|(&session_id, paths)| (session_id, paths.iter()))
+    }
+
     /// The ephemerals a session owns, in path order.
     pub fn ephemerals_of(&self, session_id: SessionId) -> impl Iterator<Item = &String> {
         self.ephemerals.get(&session_id).into_iter().flatten()

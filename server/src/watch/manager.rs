@@ -175,6 +175,19 @@ struct SessionWatches {
 /// take.
 pub const WATCH_PATH_BYTES_PER_SESSION_MAX: usize = 64 * 1024 * 1024;
 
+/// How much is watched, as `wchs` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchSummary {
+    /// Sessions with at least one watch.
+    pub sessions: usize,
+    /// Paths with at least one watcher.
+    pub paths: usize,
+    /// Registrations: a path a session watches for data and for children
+    /// counts twice (as ZooKeeper's `zk_watch_count` counts them), the figure
+    /// `watches_per_session_max` limits.
+    pub watches: usize,
+}
+
 #[derive(Debug)]
 pub struct WatchManager {
     /// Watched paths, boxed so that a table slot is one word: the table is
@@ -386,6 +399,44 @@ impl WatchManager {
         self.by_session
             .get(&session_id)
             .map_or(0, |mine| mine.count)
+    }
+
+    /// Every watched path with the sessions watching it, in no particular
+    /// order (`wchp`). A caller that stops early pays only for what it read.
+    pub fn sessions_by_path(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (&str, impl Iterator<Item = SessionId> + '_)> + '_ {
+        self.paths.iter().map(|watched| {
+            let sessions = watched.watchers.as_slice().iter().map(|w| w.session_id);
+            (&*watched.path, sessions)
+        })
+    }
+
+    /// Every session with watches, with the paths it watches, in no
+    /// particular order (`wchc`). Found through the session's path hashes,
+    /// so listing one session costs its own watches, not a scan.
+    pub fn paths_by_session(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (SessionId, impl Iterator<Item = &str> + '_)> + '_ {
+        let table = &self.paths;
+        self.by_session.iter().map(move |(&session_id, mine)| {
+            let paths = mine.hashes.iter().flat_map(move |&hash| {
+                table
+                    .iter_hash(hash)
+                    .filter(move |watched| watched.has(session_id))
+                    .map(|watched| &*watched.path)
+            });
+            (session_id, paths)
+        })
+    }
+
+    /// The counts `wchs` reports.
+    pub fn summary(&self) -> WatchSummary {
+        WatchSummary {
+            sessions: self.by_session.len(),
+            paths: self.paths.len(),
+            watches: self.by_session.values().map(|mine| mine.count).sum(),
+        }
     }
 
     /// Fires the watches a change matches; returns one event per session.

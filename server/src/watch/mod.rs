@@ -2,4 +2,4 @@
 
 mod manager;
 
-pub use manager::{WatchKind, WatchManager};
+pub use manager::{WatchKind, WatchManager, WatchSummary};

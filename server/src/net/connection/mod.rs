@@ -174,6 +174,7 @@ pub async fn serve<S>(
     let _reader_done = reader_done.clone().drop_guard();
     let handle = ConnectionHandle {
         connection_id,
+        peer,
         outbound: outbound.clone(),
         closer: closer.clone(),
         reader_done: reader_done.clone(),
