@@ -4,12 +4,13 @@
 #
 #   bench/compare.sh                    # ROUNDS=3, full sizes, both parts (about an hour)
 #   QUICK=1 ROUNDS=1 bench/compare.sh   # small counts: checks the script in minutes
-#   PART=standalone bench/compare.sh    # one part: standalone, ensemble, scale or all (default)
+#   PART=standalone bench/compare.sh    # one part: standalone, ensemble, scale, zkport or all (default)
 #   REPORT_ONLY=1 bench/compare.sh      # BENCHMARKS.md again from the results kept, measuring nothing
 #
-# Three parts, each with its own results under target/bench-compare
-# (results.jsonl, ensemble.jsonl, scale.jsonl); running one part replaces
-# only its own, and BENCHMARKS.md shows every part that has results there.
+# Four parts, each with its own results under target/bench-compare
+# (results.jsonl, ensemble.jsonl, scale.jsonl, zkport.jsonl); running one
+# part replaces only its own, and BENCHMARKS.md shows every part that has
+# results there.
 # * standalone: one arbord against one ZooKeeper server (ZooKeeperServerMain).
 # * ensemble: three arbord members against a three-server ZooKeeper ensemble
 #   (QuorumPeerMain), all on this machine; loads spread over the members, and
@@ -19,6 +20,10 @@
 #   at 10 M the restart alone, on the bigger heap such a tree needs),
 #   children of one node, idle sessions, watches. SCALE_ROUNDS rounds
 #   (default 1): each size is a fresh server.
+# * zkport: ZooKeeper's protocol, spoken to arbord's ZooKeeper port
+#   (--zk-listen) and to Apache ZooKeeper, beside arbord's native port:
+#   creates and gets at 64 in flight, with arbor-bench's lean jute client
+#   and again with the zookeeper-client crate as a second load generator.
 #
 # Everything runs on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
 # directories on the same filesystem (under target/bench-compare), and is
@@ -49,6 +54,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/BENCHMARKS.md}
 WORK=$ROOT/target/bench-compare
 ARBOR_PORT=${ARBOR_PORT:-7581}
+ARBOR_ZK_PORT=${ARBOR_ZK_PORT:-2571}   # arbord's ZooKeeper port
 ZK_PORT=${ZK_PORT:-2581}
 # Ensemble member i (1-3) listens on each base port + i - 1.
 ENS_ARBOR_PORT=${ENS_ARBOR_PORT:-7681}          # clients
@@ -60,14 +66,15 @@ MEMBERS=(1 2 3)
 RESULTS=$WORK/results.jsonl
 ENSEMBLE=$WORK/ensemble.jsonl
 SCALE=$WORK/scale.jsonl
+ZKPORT=$WORK/zkport.jsonl
 SCALE_ROUNDS=${SCALE_ROUNDS:-1}
 STEAL_MAX_PERCENT=${STEAL_MAX_PERCENT:-5}
 STEAL_RETRIES=${STEAL_RETRIES:-2}
 
 case $PART in
-standalone | ensemble | scale | all) ;;
+standalone | ensemble | scale | zkport | all) ;;
 *)
-    echo "compare.sh: PART must be standalone, ensemble, scale or all, not '$PART'" >&2
+    echo "compare.sh: PART must be standalone, ensemble, scale, zkport or all, not '$PART'" >&2
     exit 2
     ;;
 esac
@@ -304,7 +311,7 @@ write_scripts() {
 #!/bin/sh
 # ARBOR_MAX_CONNECTIONS from the environment: the scale part's many sessions.
 max=\${ARBOR_MAX_CONNECTIONS:-$ARBOR_MAX_CONNECTIONS}
-exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --max-connections \$max --max-connections-per-ip \$max </dev/null >>"$dir/server.log" 2>&1
+exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --zk-listen 127.0.0.1:$ARBOR_ZK_PORT --max-connections \$max --max-connections-per-ip \$max </dev/null >>"$dir/server.log" 2>&1
 EOF
     # maxClientCnxns=0: no per-address connection limit (Debian's zoo.cfg
     # sets 60; every benchmark connection comes from 127.0.0.1, idle-memory's
@@ -423,6 +430,45 @@ workloads() {
     # Recovery: a fresh server filled with BIG znodes, killed, restarted.
     start_fresh "$target"
     run "$round" "$target" recovery recovery --count "$BIG" --restart-cmd "$WORK/$target/restart.sh"
+    stop "$target"
+}
+
+# --- ZooKeeper's protocol ----------------------------------------------------
+# One arbord serves both its ports, so its two protocols are measured on the
+# same server (which goes first flips every round); Apache ZooKeeper gets
+# the same requests from the same two clients.
+
+zkport_rows() {
+    local round=$1 target=$2 server=$3 prefix=$4 pid=$5 client
+    for client in lean crate; do
+        local tag=$prefix
+        if [ "$client" = crate ]; then tag=${prefix}crate-; fi
+        if [ "$target" = arbor ] && [ "$client" = crate ]; then continue; fi
+        record "$ZKPORT" "$round" "$target" "${tag}create-64" --target "$target" --zk-client "$client" \
+            --server "$server" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
+        record "$ZKPORT" "$round" "$target" "${tag}get-64" --target "$target" --zk-client "$client" \
+            --server "$server" get --concurrency 64 --conns 8 --count "$GET_COUNT" --server-pid "$pid"
+    done
+}
+
+zkport_workloads() {
+    local round=$1 target=$2 pid
+    start_fresh "$target"
+    pid=$(cat "$WORK/$target/pid")
+    if [ "$target" = zookeeper ]; then
+        warm_up zookeeper "127.0.0.1:$ZK_PORT"
+        zkport_rows "$round" zookeeper "127.0.0.1:$ZK_PORT" "" "$pid"
+    else
+        warm_up arbor "127.0.0.1:$ARBOR_PORT"
+        warm_up zookeeper "127.0.0.1:$ARBOR_ZK_PORT"
+        if [ $((round % 2)) = 1 ]; then
+            zkport_rows "$round" arbor "127.0.0.1:$ARBOR_PORT" "" "$pid"
+            zkport_rows "$round" zookeeper "127.0.0.1:$ARBOR_ZK_PORT" port- "$pid"
+        else
+            zkport_rows "$round" zookeeper "127.0.0.1:$ARBOR_ZK_PORT" port- "$pid"
+            zkport_rows "$round" arbor "127.0.0.1:$ARBOR_PORT" "" "$pid"
+        fi
+    fi
     stop "$target"
 }
 
@@ -737,6 +783,16 @@ if part scale; then
     each_round "$SCALE" "$SCALE_ROUNDS" scale_workloads
 fi
 
+if part zkport; then
+    stop arbor
+    stop zookeeper
+    rm -rf "$WORK/zkport-bench.log"
+    : >"$ZKPORT"
+    BENCH_LOG=$WORK/zkport-bench.log
+    write_scripts
+    each_round "$ZKPORT" "$ROUNDS" zkport_workloads
+fi
+
 # --- report ------------------------------------------------------------------
 
 ARBOR_VERSION=$("$ARBORD" --version | awk '{print $2}')
@@ -749,8 +805,8 @@ ENS_ARBOR_SERVERS=$(ens_servers arbor)
 ENS_ZK_SERVERS=$(ens_servers zookeeper)
 # report.py says which parts this run measured: none, when only reporting.
 if [ "$REPORT_ONLY" = 1 ]; then PART=none; fi
-export RESULTS ENSEMBLE SCALE OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
-export ARBOR_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
+export RESULTS ENSEMBLE SCALE ZKPORT OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
+export ARBOR_PORT ARBOR_ZK_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
 export STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS
 python3 "$ROOT/bench/report.py"

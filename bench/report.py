@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """BENCHMARKS.md from the JSON lines bench/compare.sh collected.
 
-Three parts, each in its own file, rendered when the file has results:
-$RESULTS (standalone servers), $ENSEMBLE (three-member ensembles) and $SCALE
-(standalone servers as the work grows). Each
+Four parts, each in its own file, rendered when the file has results:
+$RESULTS (standalone servers), $ENSEMBLE (three-member ensembles), $SCALE
+(standalone servers as the work grows) and $ZKPORT (ZooKeeper's protocol:
+arbord's ZooKeeper port beside its native one and Apache ZooKeeper). Each
 line is {"round", "label", "quick", "commit", "result"} where result is one
 arbor-bench line. The tables hold, per workload and target, the median over
 rounds, and the ratio Arbor/ZooKeeper of those medians, against the targets
-(standalone and scale: issue 12's; ensemble: issue 11's).
+(standalone and scale: issue 12's; ensemble: issue 11's; zkport: issue 14's).
 """
 
 import datetime
@@ -71,9 +72,10 @@ def load(name, path):
 standalone = load("standalone", env("RESULTS"))
 ensemble = load("ensemble", env("ENSEMBLE"))
 scale = load("scale", env("SCALE"))
-parts = [p for p in (standalone, ensemble, scale) if p is not None]
+zkport = load("zkport", env("ZKPORT"))
+parts = [p for p in (standalone, ensemble, scale, zkport) if p is not None]
 if not parts:
-    sys.exit("report.py: no results in $RESULTS, $ENSEMBLE or $SCALE")
+    sys.exit("report.py: no results in $RESULTS, $ENSEMBLE, $SCALE or $ZKPORT")
 
 
 def fmt(value, unit=""):
@@ -332,6 +334,85 @@ def scale_targets(part):
               f"{fmt(z, 'ms')}: {fmt(r)} | {'✅' if r is not None and r <= 0.25 else '❌'} |")
 
 
+# (row, label, field, unit) of the zkport part; issue 14's targets: the
+# port within 15 % of the native protocol's throughput, and at least twice
+# Apache ZooKeeper's.
+ZKPORT_ROWS = [
+    ("create, 64 in flight, 8 conns: throughput", "create-64", "ops_per_s", "ops/s"),
+    ("get, 64 in flight, 8 conns: throughput", "get-64", "ops_per_s", "ops/s"),
+]
+ZKPORT_INFO = [
+    ("server CPU per op, create 64 in flight", "create-64", "server_cpu_us_per_op", "cpu"),
+    ("server CPU per op, get 64 in flight", "get-64", "server_cpu_us_per_op", "cpu"),
+    ("arbor-bench CPU per op, create 64 in flight", "create-64", "bench_cpu_us_per_op", "cpu"),
+    ("arbor-bench CPU per op, get 64 in flight", "get-64", "bench_cpu_us_per_op", "cpu"),
+    ("create, 64 in flight: p99", "create-64", "p99_us", "us"),
+    ("get, 64 in flight: p99", "get-64", "p99_us", "us"),
+]
+PORT_OVER_NATIVE_MIN = 0.85
+PORT_OVER_ZOOKEEPER_MIN = 2.0
+
+
+def zkport_tables(part):
+    """The three servers side by side: (native, port, Apache) medians."""
+    def three(label, field, client=""):
+        return (part.median(label, "arbor", field),
+                part.median(f"port-{client}{label}", "zookeeper", field),
+                part.median(f"{client}{label}", "zookeeper", field))
+
+    w("| workload | Arbor, native protocol | Arbor, ZooKeeper port | Apache ZooKeeper | port/native "
+      "| port/ZooKeeper | target | met |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | --- | :---: |")
+    for row, label, field, unit in ZKPORT_ROWS:
+        native, port, apache = three(label, field)
+        over_native, over_zk = ratio(port, native), ratio(port, apache)
+        met = "?" if None in (over_native, over_zk) else (
+            "✅" if over_native >= PORT_OVER_NATIVE_MIN and over_zk >= PORT_OVER_ZOOKEEPER_MIN else "❌")
+        w(f"| {row} | {fmt(native, unit)} | {fmt(port, unit)} | {fmt(apache, unit)} | {fmt(over_native)} "
+          f"| {fmt(over_zk)} | port ≥ {PORT_OVER_NATIVE_MIN:g}× native, ≥ {PORT_OVER_ZOOKEEPER_MIN:g}× ZooKeeper "
+          f"| {met} |")
+    w("")
+    w("Other figures (lean client):")
+    w("")
+    w("| workload | Arbor, native protocol | Arbor, ZooKeeper port | Apache ZooKeeper |")
+    w("| --- | ---: | ---: | ---: |")
+    for row, label, field, unit in ZKPORT_INFO:
+        native, port, apache = three(label, field)
+        w(f"| {row} | {fmt(native, unit)} | {fmt(port, unit)} | {fmt(apache, unit)} |")
+    w("")
+    w("Second load generator: the same workloads on both ZooKeeper servers through the")
+    w("`zookeeper-client` crate instead of arbor-bench's lean client:")
+    w("")
+    w("| workload | Arbor, ZooKeeper port | Apache ZooKeeper | port/ZooKeeper | server CPU per op, port "
+      "| server CPU per op, ZooKeeper | arbor-bench CPU per op, port |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row, label, field, unit in ZKPORT_ROWS:
+        _, port, apache = three(label, field, "crate-")
+        _, port_cpu, apache_cpu = three(label, "server_cpu_us_per_op", "crate-")
+        _, bench_cpu, _ = three(label, "bench_cpu_us_per_op", "crate-")
+        w(f"| {row} | {fmt(port, unit)} | {fmt(apache, unit)} | {fmt(ratio(port, apache))} | "
+          f"{fmt(port_cpu, 'cpu')} | {fmt(apache_cpu, 'cpu')} | {fmt(bench_cpu, 'cpu')} |")
+    w("")
+    w("Every run:")
+    w("")
+    w("| workload | field | native, per round | port, per round | ZooKeeper, per round |")
+    w("| --- | --- | --- | --- | --- |")
+    for client in ("", "crate-"):
+        for _row, label, field, unit in ZKPORT_ROWS:
+            native = ", ".join(fmt(v, unit) for v in part.values(label, "arbor", field)) if not client else "–"
+            port = ", ".join(fmt(v, unit) for v in part.values(f"port-{client}{label}", "zookeeper", field))
+            apache = ", ".join(fmt(v, unit) for v in part.values(f"{client}{label}", "zookeeper", field))
+            w(f"| {client}{label} | {field} | {native} | {port} | {apache} |")
+
+
+def zk_clients(part):
+    """The ZooKeeper clients a part's load rows were measured with."""
+    found = {r.get("zk_client", "crate (before zk_client was recorded)")
+             for (label, target), runs in part.runs.items() if target == "zookeeper"
+             for _, r in runs if r.get("workload") in ("create", "get", "set", "delete", "mixed")}
+    return ", ".join(sorted(found)) or "–"
+
+
 out = []
 w = out.append
 w("# Benchmarks: Arbor against Apache ZooKeeper")
@@ -446,6 +527,24 @@ if scale:
             current = size_name
         scale_table(c, size_name, title, prefix, field, unit)
 
+if zkport:
+    w("")
+    w("## ZooKeeper's protocol: Arbor's ZooKeeper port")
+    w("")
+    w("One `arbord` serving its native port and its ZooKeeper port (`--zk-listen`), and one")
+    w("Apache ZooKeeper server, as in the standalone part. On each round the two Arbor ports")
+    w("are measured on the same fresh server, one after the other (which goes first flips")
+    w("every round), after a warm-up on each. ZooKeeper's protocol is spoken by")
+    w("arbor-bench's lean jute client (`--zk-client lean`, the default: one task per")
+    w("connection, requests queued while it reads leave in one write, as arbor-client")
+    w("does), then again by the `zookeeper-client` crate (`--zk-client crate`) as a second")
+    w("load generator. The clients share the machine's two cores with the server, so what")
+    w("a client spends per request is taken from the server it measures: the crate writes")
+    w("each request on its own, which costs it and the server more per request.")
+    w("")
+    zkport_tables(zkport)
+    w("")
+
 fsync_all = [v for p in parts for v in p.values("fsync", "disk", "p50_us")]
 fsync_all_p99 = [v for p in parts for v in p.values("fsync", "disk", "p99_us")]
 fsync_p50 = statistics.median(fsync_all) if fsync_all else None
@@ -471,14 +570,16 @@ w("")
 w("## How it was run")
 w("")
 w("```text")
-w("bench/compare.sh            # ROUNDS=3; QUICK=1 for small counts; PART=standalone|ensemble|all")
+w("bench/compare.sh            # ROUNDS=3; QUICK=1 for small counts; PART=standalone|ensemble|scale|zkport|all")
 zk_java = "java -Xmx1000m -Dzookeeper.root.logger=INFO,ROLLINGFILE -Dzookeeper.log.dir=DIR"
 if standalone:
     max_conns = env("ARBOR_MAX_CONNECTIONS", "4096")
     w(f"arbord --data-dir DIR --listen 127.0.0.1:{env('ARBOR_PORT', '7581')} "
+      f"--zk-listen 127.0.0.1:{env('ARBOR_ZK_PORT', '2571')} "
       f"--max-connections {max_conns} --max-connections-per-ip {max_conns}   # fsync always, tick 2000")
     w(f"{zk_java} ... ZooKeeperServerMain zoo.cfg   # tickTime=2000 forceSync=yes maxClientCnxns=0")
     commands(standalone, "")
+    w(f"# ZooKeeper's load client: {zk_clients(standalone)}")
 if ensemble:
     if standalone:
         w("")
@@ -491,11 +592,19 @@ if ensemble:
     w(f"{zk_java}_i ... QuorumPeerMain zoo.cfg   # i = 1..3; tickTime=2000 initLimit=10 syncLimit=5 "
       f"server.i=127.0.0.1:{quorum}+i-1:{election}+i-1 forceSync=yes maxClientCnxns=0")
     commands(ensemble, "--server A,B,C ")
+    w(f"# ZooKeeper's load client: {zk_clients(ensemble)}")
     w(f"# --server: Arbor {env('ENS_ARBOR_SERVERS', '?')}, ZooKeeper {env('ENS_ZK_SERVERS', '?')}")
 if scale:
     w("")
     w("# scale: the standalone servers; each command once per size N")
     commands(scale, "")
+    w(f"# ZooKeeper's load client: {zk_clients(scale)}")
+if zkport:
+    w("")
+    w("# zkport: the standalone servers; Arbor's ZooKeeper port is --target zookeeper "
+      f"--server 127.0.0.1:{env('ARBOR_ZK_PORT', '2571')}")
+    commands(zkport, "")
+    w("# each ZooKeeper row again with --zk-client crate")
 w("```")
 w("")
 w("ZooKeeper runs as Debian's package runs it as a service: `-Xmx1000m`, Debian's")
