@@ -180,7 +180,10 @@ fn reply(
         }
     };
     match (op_code, result) {
-        // A check on its own ran as a multi of one.
+        // A check on its own ran as a multi of one; its answer is the
+        // header alone, the result in its error code. No ZooKeeper release
+        // sends a record after it: see the test
+        // `a_check_on_its_own_answers_the_header_alone`.
         (op::CHECK, OpResult::Multi(outcomes)) => {
             let code = match outcomes.first() {
                 Some(MultiOpOutcome::Failed(code)) => error_code(*code),
@@ -462,6 +465,47 @@ mod tests {
         );
         assert_eq!(bytes.len(), 16);
         assert_eq!(Reader::new(&bytes[12..]).int("err"), Ok(err::BAD_VERSION));
+    }
+
+    // Proves a check on its own (op 13) is answered with the header alone,
+    // passing or failing. Checked against ZooKeeper's sources
+    // (zookeeper-server/.../server/FinalRequestProcessor.java and
+    // Request.java):
+    // * 3.8.0–3.8.4 and 3.9.0–3.9.2 prep it as a txn; a failure is answered
+    //   with the header alone; a success builds `SetDataResponse(rc.stat)`,
+    //   but `DataTree.processTxn` never sets `rc.stat` for a check, so the
+    //   record cannot be written (jute's `writeRecord` of null): no client
+    //   ever read a stat after a check (ZOOKEEPER-2623).
+    // * 3.8.5+ and 3.9.3+ refuse it (`Request.isValid`: check only inside
+    //   a multi): a header with Unimplemented, then the connection closed.
+    // Arbor keeps the check's own result in the header, as the first
+    // ZOOKEEPER-2623 fix on master (b31f776) answered it: a client that
+    // sends one learns what the check found, and no record follows.
+    #[test]
+    fn a_check_on_its_own_answers_the_header_alone() {
+        let passed = reply_to(
+            op::CHECK,
+            Ok(OpResult::Multi(vec![MultiOpOutcome::Applied(
+                OpResult::Checked,
+            )])),
+        );
+        let mut reader = Reader::new(&passed);
+        assert_eq!(
+            (reader.int("xid"), reader.long("zxid"), reader.int("err")),
+            (Ok(12), Ok(99), Ok(err::OK))
+        );
+        assert!(reader.is_empty(), "no record after the header");
+        for (failure, code) in [
+            (ErrorCode::BadVersion, err::BAD_VERSION),
+            (ErrorCode::NoNode, err::NO_NODE),
+        ] {
+            let failed = reply_to(
+                op::CHECK,
+                Ok(OpResult::Multi(vec![MultiOpOutcome::Failed(failure)])),
+            );
+            assert_eq!(failed.len(), 16, "the header alone");
+            assert_eq!(Reader::new(&failed[12..]).int("err"), Ok(code));
+        }
     }
 
     #[test]
