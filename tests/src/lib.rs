@@ -429,6 +429,13 @@ impl TestEnsemble {
         addrs.join(",")
     }
 
+    /// Every member's ZooKeeper port (`--zk-listen`, on by default in
+    /// tests), comma-separated: a ZooKeeper connect string.
+    pub fn zk_addrs(&self) -> String {
+        let addrs: Vec<&str> = self.members.iter().map(TestServer::zk_addr).collect();
+        addrs.join(",")
+    }
+
     /// The member (from 1) that a majority of the running members follow,
     /// other than `not`; waits up to 10 s for one.
     pub fn wait_for_leader(&self, not: Option<u64>) -> u64 {
