@@ -15,7 +15,9 @@
 //! * [`codes`]: op codes, error codes, event types, and the mapping of
 //!   Arbor's error codes onto ZooKeeper's (in the protocol crate);
 //! * [`four_letter`]: `ruok`, `srvr`, `mntr` and the other words a fresh
-//!   connection may send instead of a handshake.
+//!   connection may send instead of a handshake, as far as `--4lw` lets it
+//!   (`cons`, `wchc`, `wchp`, `wchs` and `dump` list sessions, and are off
+//!   by default).
 //!
 //! [`Op`]: arbor_protocol::Op
 
