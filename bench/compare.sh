@@ -773,25 +773,19 @@ if part ensemble; then
     each_round "$ENSEMBLE" "$ROUNDS" ensemble_workloads
 fi
 
-if part scale; then
+# again_on_standalone FILE LOG ROUNDS WORKLOADS: a part that runs on the
+# standalone servers' scripts (kept from the standalone part), into FILE.
+again_on_standalone() {
     stop arbor
     stop zookeeper
-    rm -rf "$WORK/scale-bench.log"
-    : >"$SCALE"
-    BENCH_LOG=$WORK/scale-bench.log
+    rm -rf "$2"
+    : >"$1"
+    BENCH_LOG=$2
     write_scripts
-    each_round "$SCALE" "$SCALE_ROUNDS" scale_workloads
-fi
-
-if part zkport; then
-    stop arbor
-    stop zookeeper
-    rm -rf "$WORK/zkport-bench.log"
-    : >"$ZKPORT"
-    BENCH_LOG=$WORK/zkport-bench.log
-    write_scripts
-    each_round "$ZKPORT" "$ROUNDS" zkport_workloads
-fi
+    each_round "$1" "$3" "$4"
+}
+if part scale; then again_on_standalone "$SCALE" "$WORK/scale-bench.log" "$SCALE_ROUNDS" scale_workloads; fi
+if part zkport; then again_on_standalone "$ZKPORT" "$WORK/zkport-bench.log" "$ROUNDS" zkport_workloads; fi
 
 # --- report ------------------------------------------------------------------
 

@@ -51,24 +51,33 @@ fn has_keys(report: &Value, keys: &[&str]) {
     }
 }
 
+/// The five single-op workloads.
+const LOAD_WORKLOADS: [&str; 5] = ["create", "get", "set", "delete", "mixed"];
+
+/// A short run of a single-op workload, `target` flags first: 300 ops over
+/// 50 keys, 8 in flight on 2 connections.
+fn short_load(target: &[&str], workload: &str) -> Value {
+    let mut args = target.to_vec();
+    args.extend([
+        workload,
+        "--count",
+        "300",
+        "--keys",
+        "50",
+        "--conns",
+        "2",
+        "--concurrency",
+        "8",
+    ]);
+    bench(&args)
+}
+
 // Proves the five single-op workloads run, clean up and report their fields.
 #[test]
 fn load_workloads_report_one_json_line() {
     let server = TestServer::start();
-    for workload in ["create", "get", "set", "delete", "mixed"] {
-        let report = bench(&[
-            "--server",
-            server.addr(),
-            workload,
-            "--count",
-            "300",
-            "--keys",
-            "50",
-            "--conns",
-            "2",
-            "--concurrency",
-            "8",
-        ]);
+    for workload in LOAD_WORKLOADS {
+        let report = short_load(&["--server", server.addr()], workload);
         assert_eq!(report["workload"], workload);
         assert_eq!(report["target"], "arbor");
         assert_eq!(report["ops"], 300);
@@ -85,24 +94,16 @@ fn load_workloads_run_over_both_zookeeper_clients() {
     let server = TestServer::start();
     let before = root_children(server.addr());
     for client in ["lean", "crate"] {
-        for workload in ["create", "get", "set", "delete", "mixed"] {
-            let report = bench(&[
+        for workload in LOAD_WORKLOADS {
+            let target = [
                 "--target",
                 "zookeeper",
                 "--zk-client",
                 client,
                 "--server",
                 server.zk_addr(),
-                workload,
-                "--count",
-                "300",
-                "--keys",
-                "50",
-                "--conns",
-                "2",
-                "--concurrency",
-                "8",
-            ]);
+            ];
+            let report = short_load(&target, workload);
             assert_eq!(report["workload"], workload);
             assert_eq!(report["target"], "zookeeper");
             assert_eq!(report["zk_client"], client);
