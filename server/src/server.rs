@@ -342,25 +342,26 @@ async fn serve<L: Listener>(
             continue;
         };
         let shared = shared.clone();
-        connections.spawn(async move {
-            match stream {
-                Accepted::Plain(stream) => {
-                    net::serve(stream, peer, None, Wire::Native, shared).await
+        // One task type per kind of connection: a task keeps room for its
+        // future's largest state, and a TLS stream (rustls' buffers) in the
+        // same future cost every plain connection kilobytes while it idled.
+        match stream {
+            Accepted::Plain(stream) => connections.spawn(async move {
+                net::serve(stream, peer, None, Wire::Native, shared).await;
+                drop((slot, ip_slot));
+            }),
+            Accepted::Tls(stream, acceptor) => connections.spawn(async move {
+                if let Some(secured) = acceptor.accept(stream, peer, tls_handshake_timeout).await {
+                    let subject = secured.subject;
+                    net::serve(secured.stream, peer, subject, Wire::Native, shared).await;
                 }
-                Accepted::Tls(stream, acceptor) => {
-                    if let Some(secured) =
-                        acceptor.accept(stream, peer, tls_handshake_timeout).await
-                    {
-                        let subject = secured.subject;
-                        net::serve(secured.stream, peer, subject, Wire::Native, shared).await;
-                    }
-                }
-                Accepted::ZooKeeper(stream) => {
-                    net::serve(stream, peer, None, Wire::ZooKeeper, shared).await
-                }
-            }
-            drop((slot, ip_slot));
-        });
+                drop((slot, ip_slot));
+            }),
+            Accepted::ZooKeeper(stream) => connections.spawn(async move {
+                net::serve(stream, peer, None, Wire::ZooKeeper, shared).await;
+                drop((slot, ip_slot));
+            }),
+        };
     }
 
     info!("shutting down: answering requests in flight");
