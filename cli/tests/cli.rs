@@ -167,6 +167,35 @@ fn binary_data_round_trips_raw() {
 }
 
 // Proves each failure gives its documented exit code, a one-line message and a JSON error.
+// Proves a forgotten DATA argument does not wipe a node: `set PATH` alone is
+// a usage error and leaves the data; `''` empties it on purpose.
+#[test]
+fn set_without_data_is_refused_and_empty_data_is_explicit() {
+    let server = TestServer::start();
+    assert_ok(&arbor(&server, &["create", "/keep", "precious"]));
+    let refused = arbor(&server, &["set", "/keep"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(stderr(&refused).contains("<DATA>"), "{refused:?}");
+    assert_eq!(stdout(&arbor(&server, &["get", "/keep"])), "precious\n");
+    assert_ok(&arbor(&server, &["set", "/keep", ""]));
+    assert_eq!(stdout(&arbor(&server, &["get", "/keep"])), "");
+}
+
+// Proves `delete -r /` is refused as a usage error and deletes nothing.
+#[test]
+fn recursive_delete_of_the_root_is_refused() {
+    let server = TestServer::start();
+    assert_ok(&arbor(&server, &["create", "/a", "1"]));
+    assert_ok(&arbor(&server, &["create", "/a/b", "2"]));
+    let refused = arbor(&server, &["delete", "-r", "/"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("refusing to delete -r /"),
+        "{refused:?}"
+    );
+    assert_eq!(stdout(&arbor(&server, &["get", "/a/b"])), "2\n");
+}
+
 #[test]
 fn errors_have_documented_exit_codes() {
     let server = TestServer::start();

@@ -12,6 +12,7 @@ use serde_json::json;
 use super::acl::AclList;
 use super::child_path;
 use crate::duration;
+use crate::error::Usage;
 use crate::output::{self, Output};
 
 /// The most nodes one `delete -r` removes.
@@ -48,8 +49,9 @@ pub struct SetArgs {
     version: Option<i32>,
     /// The node to change.
     pub(crate) path: String,
-    /// The new data, or `-` to read it from stdin; empty when left out.
-    data: Option<String>,
+    /// The new data, `-` to read it from stdin, or `''` to empty the node.
+    /// Required: a forgotten argument must not wipe the node.
+    data: String,
 }
 
 #[derive(Debug, Args)]
@@ -99,7 +101,7 @@ fn create_mode(args: &CreateArgs) -> anyhow::Result<CreateMode> {
 }
 
 pub async fn run_set(client: &Client, args: SetArgs, out: &Output) -> anyhow::Result<()> {
-    let data = read_data(args.data.as_deref())?;
+    let data = read_data(Some(&args.data))?;
     let stat = client.set_data(&args.path, data, args.version).await?;
     let document = json!({"path": args.path, "stat": output::stat_json(&stat)});
     out.print(&document, &stat.version.to_string())?;
@@ -107,6 +109,16 @@ pub async fn run_set(client: &Client, args: SetArgs, out: &Output) -> anyhow::Re
 }
 
 pub async fn run_delete(client: &Client, args: DeleteArgs, out: &Output) -> anyhow::Result<()> {
+    if args.recursive && args.path == "/" {
+        // The root itself cannot go; deleting everything under it is too
+        // large a thing to do by one slip of a path.
+        return Err(Usage {
+            message: "refusing to delete -r / (every node on the server); delete its children \
+                      one by one"
+                .to_owned(),
+        }
+        .into());
+    }
     if args.recursive {
         delete_subtree(client, &args.path, args.version).await?;
     } else {
