@@ -25,6 +25,28 @@ use crate::output::{ColorChoice, Output};
 /// Where `arbor` connects when neither `--server` nor `ARBOR_SERVER` is given.
 const DEFAULT_SERVER: &str = "127.0.0.1:7181";
 
+/// The port of a `--server` entry that names none: arbord's native port.
+const DEFAULT_PORT: u16 = 7181;
+
+/// `servers` (`host[:port][,…]`) with [`DEFAULT_PORT`] added to each entry
+/// that has no port: `host`, `10.0.0.1`, `[::1]`. A bare IPv6 address has
+/// colons of its own, so it is left as given (write `[addr]` or `[addr]:port`).
+fn with_default_ports(servers: &str) -> String {
+    servers
+        .split(',')
+        .map(str::trim)
+        .map(|entry| {
+            let bracketed = entry.starts_with('[') && entry.ends_with(']');
+            if !entry.is_empty() && (bracketed || !entry.contains(':')) {
+                format!("{entry}:{DEFAULT_PORT}")
+            } else {
+                entry.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Browse and edit the znodes of an Arbor server.
 ///
 /// Exit codes: 0 ok, 1 error, 2 usage error, 3 server unreachable, 4 no node,
@@ -44,8 +66,8 @@ struct Cli {
 /// Flags every command takes.
 #[derive(Debug, Args)]
 struct Global {
-    /// Server address(es), `host:port[,host:port...]` [default: $ARBOR_SERVER,
-    /// else 127.0.0.1:7181].
+    /// Server address(es), `host[:port][,host[:port]...]`, 7181 where no
+    /// port is given [default: $ARBOR_SERVER, else 127.0.0.1:7181].
     #[arg(long, global = true)]
     server: Option<String>,
     /// Prove these digest credentials on every connection [default:
@@ -104,11 +126,14 @@ enum Command {
 impl Global {
     /// The server to connect to: `--server`, else `$ARBOR_SERVER`, else
     /// [`DEFAULT_SERVER`].
+    /// A server named without a port gets Arbor's native port.
     fn server(&self) -> String {
-        self.server
+        let servers = self
+            .server
             .clone()
             .or_else(|| std::env::var("ARBOR_SERVER").ok().filter(|s| !s.is_empty()))
-            .unwrap_or_else(|| DEFAULT_SERVER.to_owned())
+            .unwrap_or_else(|| DEFAULT_SERVER.to_owned());
+        with_default_ports(&servers)
     }
 
     /// The digest credentials to prove: `--auth`, else `$ARBOR_AUTH`, else
@@ -221,4 +246,21 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
     // here does not undo the command's effect.
     client.close().await.ok();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_default_ports;
+
+    #[test]
+    fn servers_without_a_port_get_the_native_one() {
+        assert_eq!(with_default_ports("localhost"), "localhost:7181");
+        assert_eq!(with_default_ports("10.0.0.1:7000"), "10.0.0.1:7000");
+        assert_eq!(
+            with_default_ports("a, b:7300,[::1]"),
+            "a:7181,b:7300,[::1]:7181"
+        );
+        assert_eq!(with_default_ports("[::1]:7400"), "[::1]:7400");
+        assert_eq!(with_default_ports("::1"), "::1");
+    }
 }
