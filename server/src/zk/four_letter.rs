@@ -279,30 +279,47 @@ fn connections(shared: &Shared) -> String {
 
 /// `wchc`: each session with watches, then its paths, tab-indented.
 fn watches_by_session(watches: &WatchManager) -> String {
-    let mut listing = Listing::default();
-    'sessions: for (session_id, paths) in watches.paths_by_session() {
-        if !listing.line(format_args!("{session_id:#x}")) {
-            break;
-        }
-        for path in paths {
-            if !listing.line(format_args!("\t{path}")) {
-                break 'sessions;
-            }
-        }
-    }
-    listing.finish()
+    grouped(
+        watches
+            .paths_by_session()
+            .map(|(session_id, paths)| (Hex(session_id), paths)),
+    )
 }
 
 /// `wchp`: each watched path, then the sessions watching it.
 fn watches_by_path(watches: &WatchManager) -> String {
+    grouped(
+        watches
+            .sessions_by_path()
+            .map(|(path, sessions)| (path, sessions.map(Hex))),
+    )
+}
+
+/// A session id as the CLI and ZooKeeper print it (`0x…`).
+struct Hex(SessionId);
+
+impl fmt::Display for Hex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// Each group's key on a line, then its items tab-indented, until the
+/// listing's limits cut it.
+fn grouped<K, V, I>(groups: impl Iterator<Item = (K, I)>) -> String
+where
+    K: fmt::Display,
+    V: fmt::Display,
+    I: Iterator<Item = V>,
+{
     let mut listing = Listing::default();
-    'paths: for (path, sessions) in watches.sessions_by_path() {
-        if !listing.line(format_args!("{path}")) {
+    'groups: for (key, items) in groups {
+        if !listing.line(format_args!("{key}")) {
             break;
         }
-        for session_id in sessions {
-            if !listing.line(format_args!("\t{session_id:#x}")) {
-                break 'paths;
+        for item in items {
+            if !listing.line(format_args!("\t{item}")) {
+                break 'groups;
             }
         }
     }
