@@ -313,17 +313,27 @@ where
     I: Iterator<Item = V>,
 {
     let mut listing = Listing::default();
-    'groups: for (key, items) in groups {
+    add_groups(&mut listing, groups);
+    listing.finish()
+}
+
+/// [`grouped`]'s lines, added to `listing`.
+fn add_groups<K, V, I>(listing: &mut Listing, groups: impl Iterator<Item = (K, I)>)
+where
+    K: fmt::Display,
+    V: fmt::Display,
+    I: Iterator<Item = V>,
+{
+    for (key, items) in groups {
         if !listing.line(format_args!("{key}")) {
-            break;
+            return;
         }
         for item in items {
             if !listing.line(format_args!("\t{item}")) {
-                break 'groups;
+                return;
             }
         }
     }
-    listing.finish()
 }
 
 /// `wchs`: the counts, in ZooKeeper's two lines.
@@ -358,17 +368,18 @@ fn sessions_and_ephemerals(state: &StateMachine) -> String {
     let owners = state.tree.ephemerals_by_session();
     listing.line(format_args!("ephemeral nodes dump:"));
     listing.line(format_args!("Sessions with Ephemerals ({}):", owners.len()));
-    'owners: for (session_id, paths) in owners {
-        if !listing.line(format_args!("{session_id:#x}:")) {
-            break;
-        }
-        for path in paths {
-            if !listing.line(format_args!("\t{path}")) {
-                break 'owners;
-            }
-        }
-    }
+    let owners = owners.map(|(session_id, paths)| (Owner(session_id), paths));
+    add_groups(&mut listing, owners);
     listing.finish()
+}
+
+/// A session owning ephemerals, as `dump` heads its paths (`0x…:`).
+struct Owner(SessionId);
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}:", self.0)
+    }
 }
 
 /// What the server's state says, read once.
