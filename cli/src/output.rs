@@ -177,7 +177,7 @@ pub fn stat_human(stat: &Stat, out: &Output) -> String {
 
 /// A zxid or session id as `0x...`.
 pub fn hex_id(id: u64) -> String {
-    format!("{id:#x}")
+    arbor_client::Hex(id).to_string()
 }
 
 /// Rows as left-aligned columns separated by two spaces, without trailing

@@ -109,7 +109,7 @@ mod tests;
 
 pub use arbor_protocol::acl;
 pub use arbor_protocol::{
-    Acl, AddWatchMode, ChildEntry, ClusterStatus, CreateMode, ErrorCode, EventType, Id,
+    Acl, AddWatchMode, ChildEntry, ClusterStatus, CreateMode, ErrorCode, EventType, Hex, Id,
     MemberStatus, MultiOp, MultiOpOutcome, OpResult, Perms, ServerLimits, SessionCredentials,
     SessionId, Stat, WatchEvent, WatcherKind, Zxid, ANY_VERSION,
 };

@@ -54,3 +54,15 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Length of a session password in bytes.
 pub const SESSION_PASSWORD_BYTES: usize = 16;
+
+/// A session id or zxid as the tools print it, `0x…`: logs, four-letter
+/// words and the CLI all use this form, so an id seen in one can be
+/// grepped for in the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hex(pub u64);
+
+impl std::fmt::Display for Hex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
