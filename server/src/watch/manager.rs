@@ -42,6 +42,24 @@ pub enum WatchKind {
 type Kinds = u8;
 
 impl WatchKind {
+    /// Every kind, in the order [`WatchSummary::by_kind`] counts them.
+    pub const ALL: [WatchKind; 4] = [
+        WatchKind::Data,
+        WatchKind::Child,
+        WatchKind::Persistent,
+        WatchKind::PersistentRecursive,
+    ];
+
+    /// The kind's name in metrics and listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            WatchKind::Data => "data",
+            WatchKind::Child => "child",
+            WatchKind::Persistent => "persistent",
+            WatchKind::PersistentRecursive => "persistent_recursive",
+        }
+    }
+
     const fn bit(self) -> Kinds {
         match self {
             WatchKind::Data => 1,
@@ -50,6 +68,11 @@ impl WatchKind {
             WatchKind::PersistentRecursive => 8,
         }
     }
+}
+
+/// The index of a kind's bit in [`WatchKind::ALL`].
+fn kind_index(bit: Kinds) -> usize {
+    bit.trailing_zeros() as usize
 }
 
 /// One session's registrations on one path. A watcher with no kinds left
@@ -186,6 +209,8 @@ pub struct WatchSummary {
     /// counts twice (as ZooKeeper's `zk_watch_count` counts them), the figure
     /// `watches_per_session_max` limits.
     pub watches: usize,
+    /// Registrations by kind, in [`WatchKind::ALL`]'s order.
+    pub by_kind: [usize; 4],
 }
 
 #[derive(Debug)]
@@ -197,6 +222,9 @@ pub struct WatchManager {
     /// Recursive registrations: while there are none, a change does not
     /// look up its ancestors.
     recursive: usize,
+    /// Registrations by kind (as [`WatchKind::ALL`]), kept as they come and
+    /// go so that a metric does not walk every path.
+    by_kind: [usize; 4],
     hasher: RandomState,
     watches_per_session_max: usize,
     /// Every path hashes alike: only tests set it, to exercise collisions.
@@ -231,6 +259,7 @@ impl WatchManager {
             paths: HashTable::new(),
             by_session: HashMap::new(),
             recursive: 0,
+            by_kind: [0; 4],
             hasher: RandomState::default(),
             watches_per_session_max,
             collide: false,
@@ -295,6 +324,7 @@ impl WatchManager {
         }
         let mine = self.by_session.entry(session_id).or_default();
         mine.count += 1;
+        self.by_kind[kind_index(bit)] += 1;
         mine.path_bytes += path.len();
         mine.hashes.insert(hash);
         if kind == WatchKind::PersistentRecursive {
@@ -363,9 +393,20 @@ impl WatchManager {
                 if none_left {
                     entry.remove();
                 }
-                if kinds & WatchKind::PersistentRecursive.bit() != 0 {
-                    self.recursive -= 1;
-                }
+                self.count_out(kinds);
+            }
+        }
+    }
+
+    /// Takes `removed` kinds out of the counts by kind.
+    fn count_out(&mut self, removed: Kinds) {
+        if removed & WatchKind::PersistentRecursive.bit() != 0 {
+            self.recursive -= 1;
+        }
+        for kind in WatchKind::ALL {
+            if removed & kind.bit() != 0 {
+                let count = &mut self.by_kind[kind_index(kind.bit())];
+                *count = count.saturating_sub(1);
             }
         }
     }
@@ -373,9 +414,7 @@ impl WatchManager {
     /// Accounts for `removed` kinds a session no longer has on a path of
     /// `hash` and `path_len` bytes.
     fn forget(&mut self, session_id: SessionId, hash: u64, removed: Kinds, path_len: usize) {
-        if removed & WatchKind::PersistentRecursive.bit() != 0 {
-            self.recursive -= 1;
-        }
+        self.count_out(removed);
         let still_there = self
             .paths
             .iter_hash(hash)
@@ -436,6 +475,7 @@ impl WatchManager {
             sessions: self.by_session.len(),
             paths: self.paths.len(),
             watches: self.by_session.values().map(|mine| mine.count).sum(),
+            by_kind: self.by_kind,
         }
     }
 
@@ -718,6 +758,27 @@ mod tests {
         assert!(m.remove(2, "/b", WatcherKind::PersistentRecursive));
         assert_eq!(m.recursive, 0);
         assert!(m.paths.is_empty() && m.by_session.is_empty());
+    }
+
+    // Proves the counts by kind follow adds, firing, removal and a
+    // session's end, and add up to the registrations.
+    #[test]
+    fn counts_by_kind_follow_every_change() {
+        let mut m = WatchManager::new(100);
+        m.add(1, WatchKind::Data, "/a").expect("added");
+        m.add(1, WatchKind::Child, "/a").expect("added");
+        m.add(2, WatchKind::Data, "/a").expect("added");
+        m.add(2, WatchKind::Persistent, "/b").expect("added");
+        m.add(3, WatchKind::PersistentRecursive, "/")
+            .expect("added");
+        assert_eq!(m.summary().by_kind, [2, 1, 1, 1]);
+        fired(&mut m, Change::DataChanged("/a".into()));
+        assert_eq!(m.summary().by_kind, [0, 1, 1, 1]);
+        m.remove_session(2);
+        assert!(m.remove(3, "/", WatcherKind::PersistentRecursive));
+        let summary = m.summary();
+        assert_eq!(summary.by_kind, [0, 1, 0, 0]);
+        assert_eq!(summary.by_kind.iter().sum::<usize>(), summary.watches);
     }
 
     // A path watched by several sessions is held once; one watched path is
