@@ -17,6 +17,7 @@ use crate::net::ConnectionRegistry;
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::Committer;
 use crate::session::SessionTracker;
+use crate::stats::Stats;
 use crate::watch::WatchManager;
 
 pub struct Shared {
@@ -39,6 +40,8 @@ pub struct Shared {
     ensemble: OnceLock<Arc<dyn Ensemble>>,
     /// Bytes every connection has queued for its client and not yet written.
     pub outbound_total: Arc<crate::net::OutboundTotal>,
+    /// What the server counts; every view of its figures reads these.
+    pub stats: Arc<Stats>,
 }
 
 /// What being an ensemble member changes for the rest of the server.
@@ -51,6 +54,9 @@ pub trait Ensemble: Send + Sync {
     fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>>;
     /// This member's view of the ensemble.
     fn status(&self) -> arbor_protocol::ClusterStatus;
+    /// Whether this member can serve clients now: it knows a leader that
+    /// holds a quorum, and has applied what it has received; else why not.
+    fn readiness(&self) -> Result<(), String>;
     /// Adds (`Some` addresses) or removes (`None`) member `id`, through the
     /// leader; completes once the change is committed.
     fn change_member(
@@ -74,8 +80,16 @@ impl Shared {
             shutdown: CancellationToken::new(),
             ensemble: OnceLock::new(),
             outbound_total: Arc::default(),
+            stats: Arc::default(),
             config,
         }
+    }
+
+    /// Counts into `stats` (shared with parts made before this, such as
+    /// the snapshot thread) instead of a fresh set.
+    pub fn with_stats(mut self, stats: Arc<Stats>) -> Self {
+        self.stats = stats;
+        self
     }
 
     /// Makes this server an ensemble member (once, before serving).

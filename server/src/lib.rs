@@ -96,6 +96,7 @@
 //! per session, connections in all and per address, the commit queue.
 
 pub mod acl;
+pub mod admin;
 pub mod allocator;
 pub mod clock;
 pub mod cluster;
@@ -110,6 +111,7 @@ pub mod net;
 pub mod pipeline;
 pub mod server;
 pub mod session;
+pub mod stats;
 pub mod storage;
 pub mod tree;
 pub mod txn;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_protocol::frame::encode_frame;
+use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, ServerMessage};
 use parking_lot::Mutex;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::admin;
 use crate::clock::Clock;
 use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
 use crate::config::{Config, ConfigError};
@@ -26,6 +28,7 @@ use crate::housekeeping;
 use crate::net::{self, Listener, TlsAcceptor, Wire};
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::{run_committer, Committer};
+use crate::stats::Stats;
 use crate::storage::error::StorageError;
 use crate::storage::recovery::{self, DataLayout, RecoveryError};
 use crate::storage::snapshot;
@@ -83,6 +86,9 @@ pub struct Listeners<L> {
     pub tls: Option<tokio::net::TcpListener>,
     /// ZooKeeper clients (plain TCP, jute: see [`crate::zk`]).
     pub zk: Option<tokio::net::TcpListener>,
+    /// The admin port: metrics, health and commands over HTTP (see
+    /// [`crate::admin`]).
+    pub admin: Option<tokio::net::TcpListener>,
 }
 
 impl Server {
@@ -127,6 +133,7 @@ impl Server {
             plain: Some(listener),
             tls: None,
             zk: None,
+            admin: None,
         };
         self.serve_on(listeners, shutdown).await
     }
@@ -150,6 +157,7 @@ impl Server {
             plain: listeners.plain,
             tls,
             zk: listeners.zk,
+            admin: listeners.admin,
         };
         serve(self.config, self.clock, self.storage, listeners, shutdown).await
     }
@@ -179,6 +187,7 @@ struct Serving<L> {
     plain: Option<L>,
     tls: Option<(tokio::net::TcpListener, TlsAcceptor)>,
     zk: Option<tokio::net::TcpListener>,
+    admin: Option<tokio::net::TcpListener>,
 }
 
 /// A connection just accepted, before any TLS handshake.
@@ -223,8 +232,14 @@ async fn serve<L: Listener>(
         mut plain,
         mut tls,
         mut zk,
+        admin,
     } = listeners;
-    let OpenedStorage { state, mode, lock } = storage;
+    let OpenedStorage {
+        stats,
+        state,
+        mode,
+        lock,
+    } = storage;
     let (proposals_tx, proposals_rx) = mpsc::channel(config.commit_queue_max);
     let (committer, starting) = match mode {
         Mode::Standalone {
@@ -241,7 +256,7 @@ async fn serve<L: Listener>(
             Starting::Member(storage),
         ),
     };
-    let shared = Arc::new(Shared::new(config, clock, state, committer));
+    let shared = Arc::new(Shared::new(config, clock, state, committer).with_stats(stats));
     {
         // After a restart every session gets a full timeout to reconnect.
         let now_ms = shared.clock.monotonic_ms();
@@ -286,6 +301,12 @@ async fn serve<L: Listener>(
     let background = TaskTracker::new();
     background.spawn(housekeeping::expire_sessions(shared.clone()));
     background.spawn(housekeeping::reap_nodes(shared.clone()));
+    let admin_addr = admin
+        .as_ref()
+        .and_then(|listener| listener.local_addr().ok());
+    if let Some(listener) = admin {
+        background.spawn(admin::serve(listener, shared.clone()));
+    }
 
     let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(shared.config.connections_max));
@@ -297,7 +318,7 @@ async fn serve<L: Listener>(
         .as_ref()
         .and_then(|(listener, _)| listener.local_addr().ok());
     let zk_addr = zk.as_ref().and_then(|listener| listener.local_addr().ok());
-    info!(addr = ?plain_addr, tls_addr = ?tls_addr, zk_addr = ?zk_addr, "serving");
+    info!(addr = ?plain_addr, tls_addr = ?tls_addr, zk_addr = ?zk_addr, admin_addr = ?admin_addr, "serving");
     let tls_handshake_timeout = Duration::from_millis(shared.config.handshake_timeout_ms);
     tokio::pin!(shutdown);
     loop {
@@ -323,6 +344,7 @@ async fn serve<L: Listener>(
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             let limit = shared.config.connections_max;
             warn!(%peer, limit, "connection limit reached; refusing");
+            shared.stats.connection_refused(false);
             refuse(
                 stream,
                 format!("the server is serving its limit of {limit} connections"),
@@ -332,6 +354,7 @@ async fn serve<L: Listener>(
         let Some(ip_slot) = PerIpLimit::acquire(&per_ip, peer.ip()) else {
             let limit = shared.config.connections_per_ip_max;
             warn!(%peer, limit, "per-address connection limit reached; refusing");
+            shared.stats.connection_refused(true);
             refuse(
                 stream,
                 format!(
@@ -342,24 +365,25 @@ async fn serve<L: Listener>(
             continue;
         };
         let shared = shared.clone();
+        let open = OpenConnection::new(shared.stats.clone());
         // One task type per kind of connection: a task keeps room for its
         // future's largest state, and a TLS stream (rustls' buffers) in the
         // same future cost every plain connection kilobytes while it idled.
         match stream {
             Accepted::Plain(stream) => connections.spawn(async move {
                 net::serve(stream, peer, None, Wire::Native, shared).await;
-                drop((slot, ip_slot));
+                drop((slot, ip_slot, open));
             }),
             Accepted::Tls(stream, acceptor) => connections.spawn(async move {
                 if let Some(secured) = acceptor.accept(stream, peer, tls_handshake_timeout).await {
                     let subject = secured.subject;
                     net::serve(secured.stream, peer, subject, Wire::Native, shared).await;
                 }
-                drop((slot, ip_slot));
+                drop((slot, ip_slot, open));
             }),
             Accepted::ZooKeeper(stream) => connections.spawn(async move {
                 net::serve(stream, peer, None, Wire::ZooKeeper, shared).await;
-                drop((slot, ip_slot));
+                drop((slot, ip_slot, open));
             }),
         };
     }
@@ -396,13 +420,15 @@ async fn serve<L: Listener>(
         }
         Running::Member(member) => member.stop().await,
     }
-    info!(last_zxid = shared.last_zxid(), "stopped");
+    info!(last_zxid = %Hex(shared.last_zxid()), "stopped");
     drop(lock);
     Ok(())
 }
 
 /// Everything `run` needs from the data directory.
 struct OpenedStorage {
+    /// Counted from the start (the snapshot thread has a copy).
+    stats: Arc<Stats>,
     state: StateMachine,
     mode: Mode,
     /// Held (locked) for as long as the server runs.
@@ -447,6 +473,7 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
     for dir in [&layout.data_dir, &layout.log_dir, &layout.snapshot_dir] {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
+    let stats = Arc::new(Stats::new());
     let lock = File::create(&layout.lock_file).map_err(io(&layout.lock_file))?;
     if lock.try_lock().is_err() {
         return Err(ServerError::Locked {
@@ -463,11 +490,12 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
             bootstrap::open_storage(config, ensemble, &layout.log_dir, &layout.snapshot_dir)?;
         info!(
             member = ensemble.member_id,
-            last_zxid = state.last_zxid(),
+            last_zxid = %Hex(state.last_zxid()),
             nodes = state.tree.len(),
             "opened the member's storage"
         );
         return Ok(OpenedStorage {
+            stats,
             state,
             mode: Mode::Member(storage),
             lock,
@@ -480,9 +508,9 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
         warn!(path = %skipped.path.display(), reason = %skipped.reason, "skipped a snapshot that does not verify");
     }
     info!(
-        snapshot_zxid = recovery.snapshot.as_ref().map(|s| s.zxid),
+        snapshot_zxid = ?recovery.snapshot.as_ref().map(|s| Hex(s.zxid)),
         replayed = recovery.replayed,
-        last_zxid = recovery.state.last_zxid(),
+        last_zxid = %Hex(recovery.state.last_zxid()),
         nodes = recovery.state.tree.len(),
         sessions = recovery.state.session_count(),
         epoch = recovery.epoch,
@@ -506,9 +534,11 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
         snap_count: config.snap_count,
         snap_tree_percent: config.snap_tree_percent,
         snap_retain: config.snap_retain,
+        stats: stats.clone(),
     })
     .map_err(io(&layout.snapshot_dir))?;
     Ok(OpenedStorage {
+        stats,
         state: recovery.state,
         mode: Mode::Standalone {
             epoch: recovery.epoch,
@@ -538,6 +568,22 @@ fn refuse<S: AsyncWrite + Send + Unpin + 'static>(stream: Accepted<S>, message: 
             let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, stream.write_all(&frame)).await;
         }
     });
+}
+
+/// Counts a connection as open for as long as it is held.
+struct OpenConnection(Arc<Stats>);
+
+impl OpenConnection {
+    fn new(stats: Arc<Stats>) -> Self {
+        stats.connection_opened();
+        Self(stats)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connection_closed();
+    }
 }
 
 /// Counts connections per client address.

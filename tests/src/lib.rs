@@ -46,6 +46,8 @@ pub struct TestServer {
     tls_addr: Option<String>,
     /// The port for ZooKeeper's protocol (`--zk-listen`), unless off.
     zk_addr: Option<String>,
+    /// The admin port's `host:port`, unless it is off.
+    admin_addr: Option<String>,
     data_dir: PathBuf,
     /// Flags given at start, reused by `restart`.
     extra: Vec<String>,
@@ -200,6 +202,7 @@ impl TestServer {
             ("--tick-ms", tick.as_str()),
             ("--reap-interval-ms", "100"),
             ("--zk-listen", "127.0.0.1:0"),
+            ("--admin-listen", "127.0.0.1:0"),
         ];
         for (flag, value) in defaults {
             if !extra.contains(&flag) {
@@ -225,6 +228,9 @@ impl TestServer {
         let plain_off = extra.windows(2).any(|pair| pair == ["--listen", "off"]);
         let wants_tls = extra.contains(&"--tls-listen");
         let zk_off = extra.windows(2).any(|pair| pair == ["--zk-listen", "off"]);
+        let admin_off = extra
+            .windows(2)
+            .any(|pair| pair == ["--admin-listen", "off"]);
         let mut listening = |prefix: &str| {
             let mut line = String::new();
             let _ = stdout.read_line(&mut line);
@@ -245,7 +251,14 @@ impl TestServer {
         } else {
             listening("arbord listening for ZooKeeper clients on ").map(Some)
         };
-        let (Some(plain), Some(tls_addr), Some(zk_addr)) = (plain, tls, zk) else {
+        let admin = if admin_off {
+            Some(None)
+        } else {
+            listening("arbord listening for admin requests on ").map(Some)
+        };
+        let (Some(plain), Some(tls_addr), Some(zk_addr), Some(admin_addr)) =
+            (plain, tls, zk, admin)
+        else {
             let _ = child.kill();
             let output = child.wait_with_output().expect("arbord exits");
             return Err(String::from_utf8_lossy(&output.stderr).into_owned());
@@ -281,6 +294,7 @@ impl TestServer {
             addr,
             tls_addr,
             zk_addr,
+            admin_addr,
             data_dir: data_dir.to_owned(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             owns_data: false,
@@ -297,6 +311,18 @@ impl TestServer {
         self.tls_addr
             .as_deref()
             .expect("the server was started with --tls-listen")
+    }
+
+    /// `host:port` of the server's admin port.
+    pub fn admin_addr(&self) -> &str {
+        self.admin_addr
+            .as_deref()
+            .expect("the server was started without --admin-listen off")
+    }
+
+    /// `GET path` on the admin port: the status and the body.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        http_get(self.admin_addr(), path)
     }
 
     /// `host:port` of the server's ZooKeeper port.
@@ -732,4 +758,37 @@ pub async fn wait_for_children(client: &arbor_client::Client, path: &str, len: u
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// `GET path` from an HTTP server at `addr`, as a scraper sends it: the
+/// status and the body (empty if the server could not be reached).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: */*\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let length: Option<usize> = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse().ok())?
+    });
+    assert_eq!(
+        length,
+        Some(body.len()),
+        "Content-Length must match the body: {head}"
+    );
+    (status, body.to_owned())
 }

@@ -69,6 +69,11 @@ struct Args {
     /// standalone; off in an ensemble, whose members each name their own.
     #[arg(long, value_parser = parse_listen)]
     zk_listen: Option<Listen>,
+    /// Address of the admin port (HTTP: /metrics for Prometheus, /health,
+    /// /ready, /commands/<name>), or `off`. Default: 127.0.0.1:7182 (given
+    /// up with a warning if another server has it).
+    #[arg(long, value_parser = parse_listen)]
+    admin_listen: Option<Listen>,
     /// The four-letter words the ZooKeeper port answers, comma-separated,
     /// or `*` for all (ZooKeeper's `4lw.commands.whitelist`; `srvr` is
     /// always on). Others get "… is not in the whitelist". Default:
@@ -200,6 +205,10 @@ const LISTEN_DEFAULT: &str = "127.0.0.1:7181";
 /// Where ZooKeeper clients connect unless told otherwise: ZooKeeper's port.
 const ZK_LISTEN_DEFAULT: &str = "127.0.0.1:2181";
 
+/// The admin port unless told otherwise: next to the native one, loopback
+/// only (what it shows is for the operator, not for every client).
+const ADMIN_LISTEN_DEFAULT: &str = "127.0.0.1:7182";
+
 impl Args {
     fn ensemble(&self) -> anyhow::Result<Option<EnsembleConfig>> {
         let Some(member_id) = self.member_id else {
@@ -258,6 +267,21 @@ impl Args {
                 let addr = ZK_LISTEN_DEFAULT
                     .parse()
                     .context("the default ZooKeeper address")?;
+                Ok(Some((addr, false)))
+            }
+        }
+    }
+
+    /// Where the admin port listens, and whether it was asked for (as
+    /// [`Args::zk_listen`]).
+    fn admin_listen(&self) -> anyhow::Result<Option<(SocketAddr, bool)>> {
+        match self.admin_listen {
+            Some(Listen::On(addr)) => Ok(Some((addr, true))),
+            Some(Listen::Off) => Ok(None),
+            None => {
+                let addr = ADMIN_LISTEN_DEFAULT
+                    .parse()
+                    .context("the default admin address")?;
                 Ok(Some((addr, false)))
             }
         }
@@ -377,6 +401,7 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
     config.validate().context("invalid settings")?;
     let listen = args.listen(&config)?;
     let zk_listen = args.zk_listen(&config)?;
+    let admin_listen = args.admin_listen()?;
     let four_letter_words = config.four_letter_words;
     let server = Server::open(config)?;
 
@@ -393,17 +418,8 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
             Some(addr) => Some(bind(addr).await?),
             None => None,
         };
-        let zk = match zk_listen {
-            Some((addr, true)) => Some(bind(addr).await?),
-            Some((addr, false)) => match bind(addr).await {
-                Ok(listener) => Some(listener),
-                Err(err) => {
-                    warn!(addr = %addr, error = %one_line(&err), "not serving ZooKeeper clients: the default port is taken (--zk-listen names another, or off)");
-                    None
-                }
-            },
-            None => None,
-        };
+        let zk = bind_optional(zk_listen, "ZooKeeper clients", "--zk-listen").await?;
+        let admin = bind_optional(admin_listen, "the admin port", "--admin-listen").await?;
         if zk.is_some() {
             tracing::info!(words = %four_letter_words, "four-letter words answered on the ZooKeeper port");
         }
@@ -414,6 +430,7 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
             (&plain, ""),
             (&tls, "for TLS "),
             (&zk, "for ZooKeeper clients "),
+            (&admin, "for admin requests "),
         ];
         for (listener, what) in listeners {
             if let Some(listener) = listener {
@@ -428,10 +445,38 @@ fn run(args: Args, huge_pages: std::io::Result<()>) -> anyhow::Result<()> {
             .context("cannot write to stdout")?;
         let stdin_closed = args.exit_on_stdin_close.then(stdin_closed);
         server
-            .serve_on(Listeners { plain, tls, zk }, shutdown_signal(stdin_closed))
+            .serve_on(
+                Listeners {
+                    plain,
+                    tls,
+                    zk,
+                    admin,
+                },
+                shutdown_signal(stdin_closed),
+            )
             .await?;
         Ok(())
     })
+}
+
+/// Binds an optional port: one named on the command line must be bound; a
+/// default one is given up with a warning if another server has it.
+async fn bind_optional(
+    choice: Option<(SocketAddr, bool)>,
+    what: &str,
+    flag: &str,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    match choice {
+        Some((addr, true)) => Ok(Some(bind(addr).await?)),
+        Some((addr, false)) => match bind(addr).await {
+            Ok(listener) => Ok(Some(listener)),
+            Err(err) => {
+                warn!(addr = %addr, error = %one_line(&err), "not serving {what}: the default port is taken ({flag} names another, or off)");
+                Ok(None)
+            }
+        },
+        None => Ok(None),
+    }
 }
 
 async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {

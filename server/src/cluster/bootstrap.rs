@@ -35,7 +35,7 @@ use crate::storage::snapshotter;
 /// and the test on two cores); with these, 1.2 s over 6 kills.
 const HEARTBEAT_MS: u64 = 50;
 const ELECTION_TIMEOUT_MIN_MS: u64 = 150;
-const ELECTION_TIMEOUT_MAX_MS: u64 = 300;
+pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 300;
 /// How long sending a snapshot chunk, and installing the last one, may
 /// take. Installing loads the whole tree to verify it (about 2 s for a
 /// million nodes in a release build); openraft's 200 ms default made a

@@ -58,6 +58,16 @@ const REPLICATE_BATCH_MAX: usize = 1024;
 const ENTRY_BYTES_MAX: usize = 1024 * 1024;
 const NO_LEADER: u64 = u64::MAX;
 
+/// A leader no quorum has answered for this long is not ready: its
+/// followers will have started an election after at most one election
+/// timeout; twice that leaves room for a slow heartbeat.
+const QUORUM_ACK_STALE_MS: u64 = 2 * super::bootstrap::ELECTION_TIMEOUT_MAX_MS;
+
+/// Entries a follower may have received and not yet applied and still be
+/// ready: more means its reads lag the leader's writes by more than a
+/// moment.
+const READY_APPLY_LAG_MAX: u64 = 1000;
+
 /// This member, as the rest of the server sees it.
 pub struct Member {
     id: MemberId,
@@ -254,6 +264,39 @@ impl Ensemble for Member {
             last_log_index: metrics.last_log_index,
             applied_index: metrics.last_applied.map(|log_id| log_id.index),
             members,
+        }
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        match metrics.current_leader {
+            None => Err(format!(
+                "no leader: member {} is in an election (term {})",
+                self.id, metrics.current_term
+            )),
+            Some(leader) if leader == self.id => match metrics.millis_since_quorum_ack {
+                Some(ms) if ms <= QUORUM_ACK_STALE_MS => Ok(()),
+                Some(ms) => Err(format!(
+                    "member {} leads but no quorum has answered it for {ms} ms",
+                    self.id
+                )),
+                None => Err(format!(
+                    "member {} leads but no quorum has answered it yet",
+                    self.id
+                )),
+            },
+            Some(leader) => {
+                let received = metrics.last_log_index.unwrap_or(0);
+                let applied = metrics.last_applied.map_or(0, |log_id| log_id.index);
+                let behind = received.saturating_sub(applied);
+                if behind > READY_APPLY_LAG_MAX {
+                    return Err(format!(
+                        "member {} follows {leader} but has {behind} entries to apply",
+                        self.id
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, ServerMessage, SessionId, WatchEvent};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
@@ -67,7 +68,7 @@ impl ConnectionRegistry {
             Ok(()) | Err(TrySendError::Closed(_)) => {}
             Err(TrySendError::Full(_)) => {
                 warn!(
-                    session_id,
+                    session_id = %Hex(session_id),
                     connection_id = handle.connection_id,
                     "event queue full; closing connection"
                 );

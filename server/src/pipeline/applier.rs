@@ -9,6 +9,7 @@
 //! that began or ended, and the published last zxid moves on.
 
 use arbor_protocol::acl::{Acl, Perms};
+use arbor_protocol::Hex;
 use tracing::{debug, info};
 
 use crate::context::Shared;
@@ -76,15 +77,19 @@ pub fn apply_committed<'a>(
                 timeout_ms,
             }) => {
                 shared.tracker.lock().add(session_id, timeout_ms, now_ms);
-                debug!(session_id, timeout_ms, zxid = entry.zxid, "session started");
+                debug!(session_id = %Hex(session_id), timeout_ms, zxid = %Hex(entry.zxid), "session started");
             }
             Some(SessionChange::Ended { session_id, reason }) => {
                 shared.tracker.lock().remove(session_id);
                 watches.remove_session(session_id);
                 connections.end_session(session_id, reason);
                 match reason {
-                    CloseReason::Closed => debug!(session_id, zxid = entry.zxid, "session closed"),
-                    CloseReason::Expired => info!(session_id, zxid = entry.zxid, "session expired"),
+                    CloseReason::Closed => {
+                        debug!(session_id = %Hex(session_id), zxid = %Hex(entry.zxid), "session closed")
+                    }
+                    CloseReason::Expired => {
+                        info!(session_id = %Hex(session_id), zxid = %Hex(entry.zxid), "session expired")
+                    }
                 }
             }
             None => {}

@@ -22,6 +22,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, OpResult, Zxid};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
@@ -239,15 +240,18 @@ fn commit(
             txn: proposal.txn,
         })
         .collect();
+    let appending = std::time::Instant::now();
     if let Err(err) = state.log.append(&entries) {
         // Nothing of this batch is acknowledged or applied: a write that may
         // not be durable must never become visible.
         let first_zxid = entries.first().map_or(0, |entry| entry.zxid);
-        error!(error = %err, first_zxid, "commit log failed; stopping the server");
+        error!(error = %err, first_zxid = %Hex(first_zxid), "commit log failed; stopping the server");
         *order = None;
+        shared.stats.log_failed();
         shared.shutdown.cancel();
         return vec![Err(ErrorCode::Unavailable); entries.len()];
     }
+    shared.stats.log_synced(entries.len(), appending.elapsed());
     state.last_zxid += entries.len() as Zxid;
     let results = apply_committed(shared, entries.iter(), |_| {});
     if let Some(snapshots) = state.snapshots.as_mut() {

@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
+use arbor_protocol::Hex;
 use arbor_protocol::Zxid;
 use tracing::{info, warn};
 
@@ -94,7 +95,7 @@ pub fn recover(layout: &DataLayout) -> Result<Recovery, RecoveryError> {
     for candidate in snapshot::list(&layout.snapshot_dir)? {
         match snapshot::load(&candidate.path) {
             Ok(loaded) => {
-                info!(path = %candidate.path.display(), zxid = candidate.zxid, nodes = loaded.nodes, sessions = loaded.sessions, "loaded snapshot");
+                info!(path = %candidate.path.display(), zxid = %Hex(candidate.zxid), nodes = loaded.nodes, sessions = loaded.sessions, "loaded snapshot");
                 base = Some((candidate, loaded.state));
                 break;
             }

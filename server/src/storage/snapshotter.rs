@@ -12,13 +12,16 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use arbor_protocol::Hex;
 use rand::Rng;
 use tracing::{error, info, warn};
 
 use crate::context::Shared;
 use crate::pipeline::apply::StateView;
+use crate::stats::Stats;
 use crate::storage::{snapshot, txnlog};
 
 /// Where the snapshot thread writes, and how much it keeps.
@@ -32,6 +35,8 @@ pub struct SnapshotPolicy {
     pub snap_tree_percent: u64,
     /// Snapshots kept.
     pub snap_retain: usize,
+    /// Where a written (or failed) snapshot is counted.
+    pub stats: Arc<Stats>,
 }
 
 /// The committer's side: counts applied txns and starts snapshots.
@@ -140,7 +145,7 @@ impl Snapshotter {
         let (zxid, nodes) = (view.last_zxid, view.tree.len());
         match self.views.try_send(view) {
             Ok(()) => {
-                info!(zxid, nodes, view_us, "snapshot started");
+                info!(zxid = %Hex(zxid), nodes, view_us, "snapshot started");
                 self.since_last = 0;
                 self.next_after = jittered(writes_between(
                     self.snap_count,
@@ -164,16 +169,23 @@ fn take(policy: &SnapshotPolicy, view: &StateView) {
         Ok(path) => path,
         Err(err) => {
             // The log still holds everything; the next snapshot may succeed.
-            error!(error = %err, zxid = view.last_zxid, "snapshot failed");
+            error!(error = %err, zxid = %Hex(view.last_zxid), "snapshot failed");
+            policy.stats.snapshot_failed();
             return;
         }
     };
+    let elapsed = started.elapsed();
+    let bytes = std::fs::metadata(&path).map_or(0, |meta| meta.len());
+    policy
+        .stats
+        .snapshot_written(view.last_zxid, bytes, elapsed);
     info!(
         path = %path.display(),
-        zxid = view.last_zxid,
+        zxid = %Hex(view.last_zxid),
         nodes = view.tree.len(),
         sessions = view.sessions.len(),
-        elapsed_ms = started.elapsed().as_millis() as u64,
+        bytes,
+        elapsed_ms = elapsed.as_millis() as u64,
         "snapshot written"
     );
     let oldest_kept = match snapshot::retain(&policy.snapshot_dir, policy.snap_retain) {
@@ -188,7 +200,7 @@ fn take(policy: &SnapshotPolicy, view: &StateView) {
         Ok(purged) if !purged.is_empty() => {
             info!(
                 segments = purged.len(),
-                keep_after_zxid = oldest_kept,
+                keep_after_zxid = %Hex(oldest_kept),
                 "purged log segments"
             )
         }

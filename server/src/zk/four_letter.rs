@@ -22,7 +22,7 @@
 use std::fmt::{self, Write};
 use std::net::SocketAddr;
 
-use arbor_protocol::SessionId;
+use arbor_protocol::{Hex, SessionId};
 
 use crate::context::Shared;
 use crate::pipeline::apply::StateMachine;
@@ -293,15 +293,6 @@ fn watches_by_path(watches: &WatchManager) -> String {
             .sessions_by_path()
             .map(|(path, sessions)| (path, sessions.map(Hex))),
     )
-}
-
-/// A session id as the CLI and ZooKeeper print it (`0x…`).
-struct Hex(SessionId);
-
-impl fmt::Display for Hex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}", self.0)
-    }
 }
 
 /// Each group's key on a line, then its items tab-indented, until the

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arbor_protocol::Hex;
 use arbor_protocol::{
     ConnectRequest, ConnectResponse, ErrorCode, ServerLimits, ServerMessage, SessionId,
     PROTOCOL_VERSION,
@@ -107,7 +108,7 @@ pub(super) async fn handshake<S: AsyncRead + Unpin>(
     {
         return Err(None);
     }
-    info!(session_id, connection_id, %peer, timeout_ms = grant.timeout_ms, resumed = request.session.is_some(), x509 = origin.x509.as_deref(), "session connected");
+    info!(session_id = %Hex(session_id), connection_id, %peer, timeout_ms = grant.timeout_ms, resumed = request.session.is_some(), x509 = origin.x509.as_deref(), "session connected");
     Ok(session_id)
 }
 

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_protocol::frame::{FrameDecoder, FrameError};
+use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, Op, ServerMessage, Zxid};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf};
@@ -52,6 +53,7 @@ use crate::acl::identity::Origin;
 use crate::context::Shared;
 use crate::net::{outbound, ConnectionHandle};
 use crate::pipeline::commit::WriteResult;
+use crate::stats::Started;
 use crate::zk;
 
 /// The read buffer a connection starts with (tokio-util's default is 8 KiB):
@@ -87,20 +89,38 @@ fn release_large_read_buffer(buffer: &mut BytesMut, frame_len: usize) {
 
 type Frames<S> = FramedRead<ReadHalf<prefixed::Prefixed<S>>, FrameDecoder>;
 
-/// A request that is owed an answer, in arrival order.
+/// A request that is owed an answer, in arrival order, with when it was
+/// read (for its latency and count).
 enum Pending {
     /// Answered already (a refused write, a ping).
-    Ready { xid: u64, result: WriteResult },
+    Ready {
+        xid: u64,
+        started: Started,
+        result: WriteResult,
+    },
     /// Proposed to the committer (or waiting on the ensemble); the result
     /// comes once it is applied.
     Write {
         xid: u64,
+        started: Started,
         result: oneshot::Receiver<WriteResult>,
     },
     /// Run against the applied state when its turn comes.
-    Read { xid: u64, op: Op },
+    Read { xid: u64, started: Started, op: Op },
     /// The last thing this connection says.
     Close(ServerMessage),
+}
+
+impl Pending {
+    /// The request this answers, if it answers one.
+    fn started(&self) -> Option<Started> {
+        match self {
+            Pending::Ready { started, .. }
+            | Pending::Write { started, .. }
+            | Pending::Read { started, .. } => Some(*started),
+            Pending::Close(_) => None,
+        }
+    }
 }
 
 fn closing(code: ErrorCode, message: impl Into<String>) -> ServerMessage {
@@ -186,14 +206,23 @@ pub async fn serve<S>(
     match handshake::handshake(&mut frames, wire, &shared, handle, peer, origin).await {
         Ok(session_id) => {
             let mut queues = reader::Queues::new(outbound.clone(), shared.clone(), session_id);
-            reader::read_loop(&mut frames, wire, &mut queues, &shared, session_id, &closer).await;
+            reader::read_loop(
+                &mut frames,
+                wire,
+                &mut queues,
+                &shared,
+                session_id,
+                peer,
+                &closer,
+            )
+            .await;
             reader_done.cancel();
             queues.finish().await;
             let still_ours = shared.connections.lock().detach(session_id, connection_id);
             if still_ours {
                 shared.watches.lock().remove_session(session_id);
             }
-            debug!(session_id, connection_id, %peer, "connection ended");
+            debug!(session_id = %Hex(session_id), connection_id, %peer, "connection ended");
         }
         Err(Some(message)) => {
             let _ = outbound.send(Box::new(message)).await;

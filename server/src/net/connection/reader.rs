@@ -5,13 +5,15 @@
 //! [`crate::pipeline::commit`]). Same order, fewer hand-offs on the path a
 //! lone client waits on.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use arbor_protocol::{ErrorCode, Op, ServerMessage, SessionId};
+use arbor_protocol::frame::FrameError;
+use arbor_protocol::{ErrorCode, Hex, Op, ServerMessage, SessionId};
 use futures_util::StreamExt;
 use tokio::io::AsyncRead;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::info;
 
 use super::responder::Responder;
 use super::wire::{Incoming, Wire};
@@ -22,6 +24,7 @@ use crate::net::OutboundSender;
 use crate::pipeline::commit::Proposal;
 use crate::pipeline::prep::{self, Then};
 use crate::pipeline::read;
+use crate::stats::{self, Started};
 
 /// Where the reader puts what it has read.
 pub(super) struct Queues {
@@ -55,6 +58,15 @@ impl Queues {
 
     /// Gives `item` to the responder; false if the connection is ending.
     async fn queue(&mut self, item: Pending, closer: &CancellationToken) -> bool {
+        let started = item.started();
+        let queued = self.queue_item(item, closer).await;
+        if let (false, Some(started)) = (queued, started) {
+            self.shared.stats.request_unanswered(started);
+        }
+        queued
+    }
+
+    async fn queue_item(&mut self, item: Pending, closer: &CancellationToken) -> bool {
         let item = match item {
             Pending::Close(message) if self.owes_nothing() => {
                 return self.send_direct(message, closer).await
@@ -96,6 +108,7 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
     queues: &mut Queues,
     shared: &Shared,
     session_id: SessionId,
+    peer: SocketAddr,
     closer: &CancellationToken,
 ) {
     let mut auth_attempts = 0u32;
@@ -123,7 +136,10 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
                 bytes
             }
             Some(Err(err)) => {
-                warn!(session_id, error = %err, "bad frame; closing connection");
+                if !matches!(err, FrameError::Io(_)) {
+                    info!(session_id = %Hex(session_id), %peer, error = %err, "bad frame; closing the connection");
+                    shared.stats.protocol_error();
+                }
                 if let Some(message) = frame_error_message(&err) {
                     queues.queue(Pending::Close(message), closer).await;
                 }
@@ -135,6 +151,7 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
             Ok(Incoming::Refused { xid, code }) => {
                 let item = Pending::Ready {
                     xid,
+                    started: shared.stats.request_started(stats::UNSUPPORTED_OP),
                     result: Err(code),
                 };
                 if !queues.queue(item, closer).await {
@@ -151,7 +168,8 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
                 return;
             }
             Err(message) => {
-                warn!(session_id, error = %message, "undecodable request; closing connection");
+                info!(session_id = %Hex(session_id), %peer, error = %message, "undecodable request; closing the connection");
+                shared.stats.protocol_error();
                 let message = closing(ErrorCode::BadRequest, message);
                 queues.queue(Pending::Close(message), closer).await;
                 return;
@@ -160,7 +178,8 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
         if matches!(op, Op::Auth { .. }) {
             auth_attempts += 1;
             if auth_attempts > AUTH_ATTEMPTS_PER_CONNECTION_MAX {
-                warn!(session_id, "too many auth requests; closing connection");
+                info!(session_id = %Hex(session_id), %peer, "too many auth requests; closing the connection");
+                shared.stats.protocol_error();
                 let message = closing(
                     ErrorCode::LimitExceeded,
                     format!("more than {AUTH_ATTEMPTS_PER_CONNECTION_MAX} auth requests on one connection"),
@@ -171,23 +190,39 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
         }
         // Nothing owed ahead: the answer may skip the responder.
         let owes_nothing = queues.owes_nothing();
+        let started = shared.stats.request_started(stats::op_slot(&op));
         let prepped = prep::request(shared, session_id, xid, op);
         let item = match prepped.then {
-            Then::Answer(result) => Pending::Ready { xid, result },
+            Then::Answer(result) => Pending::Ready {
+                xid,
+                started,
+                result,
+            },
             // A session's close is never committed inline: its apply ends
             // the connection, which must have its reply queued first.
             Then::Propose(proposal) => {
-                submit(shared, xid, proposal, owes_nothing && !prepped.last).await
+                let inline = owes_nothing && !prepped.last;
+                submit(shared, xid, started, proposal, inline).await
             }
-            Then::Read(op) => Pending::Read { xid, op },
-            Then::Await(result) => Pending::Write { xid, result },
+            Then::Read(op) => Pending::Read { xid, started, op },
+            Then::Await(result) => Pending::Write {
+                xid,
+                started,
+                result,
+            },
         };
         let direct = match item {
-            Pending::Read { xid, op } if owes_nothing => {
+            Pending::Read { xid, started, op } if owes_nothing => {
                 let (result, zxid) = read::execute(shared, session_id, &op);
+                shared.stats.request_answered(started, &result);
                 Ok(reply(xid, zxid, result))
             }
-            Pending::Ready { xid, result } if owes_nothing => {
+            Pending::Ready {
+                xid,
+                started,
+                result,
+            } if owes_nothing => {
+                shared.stats.request_answered(started, &result);
                 Ok(reply(xid, shared.last_zxid(), result))
             }
             item => Err(item),
@@ -205,17 +240,34 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
 /// Hands a write to the committer: committed at once on this thread when
 /// `inline` (nothing of this connection is unanswered) and the committer is
 /// idle; else queued, its answer to come.
-async fn submit(shared: &Shared, xid: u64, mut proposal: Proposal, inline: bool) -> Pending {
+async fn submit(
+    shared: &Shared,
+    xid: u64,
+    started: Started,
+    mut proposal: Proposal,
+    inline: bool,
+) -> Pending {
     if inline {
         match shared.committer.try_commit_now(shared, proposal) {
-            Ok(result) => return Pending::Ready { xid, result },
+            Ok(result) => {
+                return Pending::Ready {
+                    xid,
+                    started,
+                    result,
+                }
+            }
             Err(back) => proposal = back,
         }
     }
     match shared.committer.propose_answered(proposal).await {
-        Ok(result) => Pending::Write { xid, result },
+        Ok(result) => Pending::Write {
+            xid,
+            started,
+            result,
+        },
         Err(code) => Pending::Ready {
             xid,
+            started,
             result: Err(code),
         },
     }

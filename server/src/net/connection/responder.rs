@@ -11,6 +11,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, SessionId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -81,39 +82,68 @@ async fn respond_loop(
     session_id: SessionId,
 ) {
     while let Some(item) = pending.recv().await {
+        let stats = &shared.stats;
         let message = match item {
-            Pending::Ready { xid, result } => reply(xid, shared.last_zxid(), result),
-            Pending::Write { xid, result } => match result.await {
-                Ok(result) => reply(xid, shared.last_zxid(), result),
+            Pending::Ready {
+                xid,
+                started,
+                result,
+            } => {
+                stats.request_answered(started, &result);
+                reply(xid, shared.last_zxid(), result)
+            }
+            Pending::Write {
+                xid,
+                started,
+                result,
+            } => match result.await {
+                Ok(result) => {
+                    stats.request_answered(started, &result);
+                    reply(xid, shared.last_zxid(), result)
+                }
                 // Nobody will say whether the write happened (the server is
                 // stopping, or an ensemble's leader changed under it). The
                 // connection closes unanswered, so the client sees a
                 // connection loss (outcome unknown), never a false answer.
                 Err(_) => {
                     info!(
-                        session_id,
+                        session_id = %Hex(session_id),
                         xid, "a write's outcome is unknown; closing the connection"
                     );
+                    stats.request_unanswered(started);
                     let _ = outbound
                         .send(Box::new(closing(
                             ErrorCode::Unavailable,
                             "the outcome of a write is unknown; reconnect and check",
                         )))
                         .await;
+                    give_up(pending, &shared);
                     return;
                 }
             },
-            Pending::Read { xid, op } => {
+            Pending::Read { xid, started, op } => {
                 // Its answer is made only once the client has read enough.
                 outbound.room().await;
                 let (result, zxid) = read::execute(&shared, session_id, &op);
+                stats.request_answered(started, &result);
                 reply(xid, zxid, result)
             }
             Pending::Close(message) => message,
         };
         if outbound.send(Box::new(message)).await.is_err() {
+            give_up(pending, &shared);
             return;
         }
         owed.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Counts what is still queued as unanswered: the connection is ending.
+fn give_up(mut pending: mpsc::Receiver<Pending>, shared: &Shared) {
+    pending.close();
+    while let Ok(item) = pending.try_recv() {
+        if let Some(started) = item.started() {
+            shared.stats.request_unanswered(started);
+        }
     }
 }

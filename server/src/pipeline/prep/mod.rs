@@ -14,6 +14,7 @@
 pub mod sessions;
 pub mod validate;
 
+use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, Op, OpResult, SessionId};
 use tokio::sync::oneshot;
 use tracing::{debug, info};
@@ -76,7 +77,7 @@ pub fn request(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> Prep
             last: true,
         };
     }
-    debug!(session_id, xid, op = op.name(), "request");
+    debug!(session_id = %Hex(session_id), xid, op = op.name(), "request");
     match op {
         Op::Ping => Prepped::answer(Ok(OpResult::Pong)),
         Op::CloseSession => {
@@ -139,7 +140,7 @@ fn authenticate(
     let super_digest = shared.config.super_digest.as_deref();
     match crate::acl::auth::prove(scheme, credentials, super_digest) {
         Ok(proved) => {
-            info!(session_id, scheme, id = %proved.id, superuser = proved.superuser, "session authenticated");
+            info!(session_id = %Hex(session_id), scheme, id = %proved.id, superuser = proved.superuser, "session authenticated");
             let txn = Txn::Authenticate {
                 session_id,
                 id: proved.id,
@@ -152,7 +153,7 @@ fn authenticate(
         }
         Err(code) => {
             info!(
-                session_id,
+                session_id = %Hex(session_id),
                 scheme, "authentication failed; closing the connection"
             );
             Prepped {
@@ -211,7 +212,7 @@ pub fn expired_sessions(shared: &Shared) -> Vec<Proposal> {
     expired
         .into_iter()
         .map(|session_id| {
-            debug!(session_id, "session deadline passed; proposing expiry");
+            debug!(session_id = %Hex(session_id), "session deadline passed; proposing expiry");
             let txn = Txn::CloseSession {
                 session_id,
                 reason: CloseReason::Expired,

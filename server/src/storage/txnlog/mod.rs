@@ -63,6 +63,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use arbor_protocol::Hex;
 use arbor_protocol::Zxid;
 use tracing::{debug, info};
 
@@ -134,7 +135,7 @@ pub fn purge(dir: &Path, keep_after_zxid: Zxid) -> Result<Vec<PathBuf>, StorageE
         fs::rename(path, &purging).map_err(StorageError::io("rename", path))?;
         sync_dir(dir)?;
         crate::storage::delete_gradually(&purging).map_err(StorageError::io("delete", &purging))?;
-        info!(path = %path.display(), first_zxid, keep_after_zxid, "purged log segment");
+        info!(path = %path.display(), first_zxid = %Hex(*first_zxid), keep_after_zxid = %Hex(keep_after_zxid), "purged log segment");
         deleted.push(path.clone());
     }
     Ok(deleted)

@@ -17,6 +17,7 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use arbor_protocol::codec::decode;
+use arbor_protocol::Hex;
 use arbor_protocol::Zxid;
 use tracing::{debug, warn};
 
@@ -120,7 +121,7 @@ pub fn read_segments<R: Read + Seek>(
         let (info, torn) = read_segment(
             segment, *name_zxid, is_last, &mut chain, &mut body, &mut visit,
         )?;
-        debug!(path = %info.path.display(), first_zxid = info.first_zxid, last_zxid = ?info.last_zxid, valid_end = info.valid_end, "read segment");
+        debug!(path = %info.path.display(), first_zxid = %Hex(info.first_zxid), last_zxid = ?info.last_zxid.map(Hex), valid_end = info.valid_end, "read segment");
         tail.segments.push(info);
         if torn.is_some() {
             tail.torn = torn;
@@ -242,7 +243,7 @@ fn read_segment<R: Read + Seek>(
                 offset,
                 bytes: file_bytes - offset,
             };
-            warn!(path = %path.display(), offset, bytes = torn.bytes, %problem, last_zxid = last_good_zxid, "log ends in a torn record (a write cut short by a crash); it was never acknowledged and will be truncated");
+            warn!(path = %path.display(), offset, bytes = torn.bytes, %problem, last_zxid = %Hex(last_good_zxid), "log ends in a torn record (a write cut short by a crash); it was never acknowledged and will be truncated");
             Ok((info, Some(torn)))
         }
     }

@@ -17,6 +17,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use arbor_protocol::Hex;
 use arbor_protocol::Zxid;
 use tracing::{debug, info, warn};
 
@@ -179,7 +180,7 @@ impl TxnLogWriter {
         }
 
         let last_zxid = tail.last_zxid.unwrap_or(0);
-        info!(dir = %dir.display(), last_zxid, segments = segments.len(), "opened the log for appending");
+        info!(dir = %dir.display(), last_zxid = %Hex(last_zxid), segments = segments.len(), "opened the log for appending");
         Ok(Self {
             dir: dir.to_owned(),
             options,
@@ -268,7 +269,7 @@ impl TxnLogWriter {
         if self.options.sync() {
             sync_dir(&self.dir).inspect_err(|_| self.failed = Some(path.clone()))?;
         }
-        info!(path = %path.display(), first_zxid, "started a new log segment");
+        info!(path = %path.display(), first_zxid = %Hex(first_zxid), "started a new log segment");
         Ok(OpenSegment {
             file,
             path,
@@ -354,7 +355,7 @@ fn cut_to_valid_end(
     let dropped = file_bytes - last.valid_end;
     match &tail.torn {
         Some(torn) if torn.path == last.path => {
-            warn!(path = %last.path.display(), offset = last.valid_end, bytes = dropped, last_zxid = ?last.last_zxid, "truncated the torn tail of the log");
+            warn!(path = %last.path.display(), offset = last.valid_end, bytes = dropped, last_zxid = ?last.last_zxid.map(Hex), "truncated the torn tail of the log");
         }
         _ => {
             debug!(dir = %dir.display(), path = %last.path.display(), offset = last.valid_end, bytes = dropped, "dropped the zero fill at the end of the log");

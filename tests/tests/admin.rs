@@ -1,0 +1,272 @@
+//! The admin port of a real arbord: `/metrics` read by a Prometheus text
+//! parser moves with the load, `/health` and `/ready` flip when storage
+//! goes and when an ensemble loses its quorum, and the JSON commands name
+//! the sessions a client holds.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use arbor_client::{AddWatchMode, CreateMode, Hex};
+use arbor_tests::{client, TestEnsemble, TestServer};
+use prometheus_parse::{LineInfo, Scrape, Value};
+
+/// How long a probe may take to notice a change.
+const FLIP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One scrape: every line is checked to be a comment or a sample the
+/// parser reads, and the samples are kept by name and labels.
+struct Metrics {
+    scrape: Scrape,
+}
+
+impl Metrics {
+    fn scrape(server: &TestServer) -> Self {
+        let (status, body) = server.admin_get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        for line in body.lines() {
+            let parsed = LineInfo::parse(line);
+            let known = matches!(
+                parsed,
+                LineInfo::Doc { .. } | LineInfo::Type { .. } | LineInfo::Sample { .. }
+            );
+            assert!(known, "a line Prometheus would not read: {line:?}");
+        }
+        let scrape = Scrape::parse(body.lines().map(|line| Ok(line.to_owned()))).expect("parsed");
+        // Every family is documented.
+        for sample in &scrape.samples {
+            let family = sample
+                .metric
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(
+                scrape.docs.contains_key(&sample.metric) || scrape.docs.contains_key(family),
+                "{} has no HELP",
+                sample.metric
+            );
+        }
+        Self { scrape }
+    }
+
+    /// The value of the counter or gauge `name` with exactly `labels`.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.find(name, labels)
+            .map(|value| match value {
+                Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+                other => panic!("{name} is not a number: {other:?}"),
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// A histogram's buckets, `le` to cumulative count.
+    fn buckets(&self, name: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
+        match self.find(name, labels) {
+            Some(Value::Histogram(buckets)) => {
+                buckets.iter().map(|b| (b.less_than, b.count)).collect()
+            }
+            other => panic!("{name} {labels:?} is not a histogram: {other:?}"),
+        }
+    }
+
+    fn find(&self, name: &str, labels: &[(&str, &str)]) -> Option<&Value> {
+        let wanted: HashMap<&str, &str> = labels.iter().copied().collect();
+        self.scrape
+            .samples
+            .iter()
+            .find(|sample| {
+                sample.metric == name && {
+                    let have: HashMap<&str, &str> = sample
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    have == wanted
+                }
+            })
+            .map(|sample| &sample.value)
+    }
+}
+
+/// Polls `path` until it answers `status`; the last body.
+fn wait_for_status(server: &TestServer, path: &str, status: u16) -> String {
+    let deadline = Instant::now() + FLIP_TIMEOUT;
+    loop {
+        let (got, body) = server.admin_get(path);
+        if got == status {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} still answers {got} ({body:?}), not {status}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// Proves the counters, histograms and gauges of /metrics move with what
+// clients do, as Prometheus reads them.
+#[tokio::test]
+async fn metrics_move_with_load() {
+    let server = TestServer::start();
+    let before = Metrics::scrape(&server);
+    let c = client(&server).await;
+    const WRITES: usize = 40;
+    for i in 0..WRITES {
+        c.create(&format!("/n{i}"), vec![7; 10], CreateMode::Persistent)
+            .await
+            .expect("created");
+        c.get_data(&format!("/n{i}")).await.expect("read");
+    }
+    assert!(c.get_data("/missing").await.is_err());
+    c.create("/e", Vec::new(), CreateMode::Ephemeral)
+        .await
+        .expect("created");
+    let _watch = c
+        .watch("/", AddWatchMode::PersistentRecursive)
+        .await
+        .expect("watched");
+    let after = Metrics::scrape(&server);
+
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        after.value(name, labels) - before.value(name, labels)
+    };
+    let create_ok = [("op", "create"), ("result", "ok")];
+    let get_ok = [("op", "get_data"), ("result", "ok")];
+    let get_missing = [("op", "get_data"), ("result", "no_node")];
+    assert_eq!(
+        moved("arbor_requests_total", &create_ok),
+        WRITES as f64 + 1.0
+    );
+    assert_eq!(moved("arbor_requests_total", &get_ok), WRITES as f64);
+    assert_eq!(moved("arbor_requests_total", &get_missing), 1.0);
+    assert_eq!(moved("arbor_znodes", &[]), WRITES as f64 + 1.0);
+    assert_eq!(moved("arbor_data_bytes", &[]), WRITES as f64 * 10.0);
+    assert_eq!(after.value("arbor_ephemerals", &[]), 1.0);
+    assert!(after.value("arbor_sessions", &[]) >= 1.0);
+    assert!(after.value("arbor_connections", &[]) >= 1.0);
+    assert_eq!(
+        after.value("arbor_watches", &[("kind", "persistent_recursive")]),
+        1.0
+    );
+    assert_eq!(after.value("arbor_requests_outstanding", &[]), 0.0);
+
+    // Each write went through one durable batch at least, and the
+    // histograms are cumulative and end with +Inf equal to their count.
+    let writes = after.buckets("arbor_request_duration_seconds", &[("class", "write")]);
+    let reads = after.buckets("arbor_request_duration_seconds", &[("class", "read")]);
+    for buckets in [&writes, &reads] {
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
+        assert_eq!(buckets.last().map(|b| b.0), Some(f64::INFINITY));
+    }
+    let total = |buckets: &Vec<(f64, f64)>| buckets.last().map_or(0.0, |b| b.1);
+    assert!(total(&writes) >= WRITES as f64 + 1.0, "{writes:?}");
+    assert!(total(&reads) >= WRITES as f64 + 1.0, "{reads:?}");
+    assert_eq!(
+        after.value(
+            "arbor_request_duration_seconds_count",
+            &[("class", "write")]
+        ),
+        total(&writes)
+    );
+    let batches = after.buckets("arbor_commit_batch_txns", &[]);
+    let synced = after.value("arbor_commit_batch_txns_sum", &[]);
+    assert!(synced >= WRITES as f64 + 1.0, "{batches:?}");
+    assert!(total(&after.buckets("arbor_log_sync_duration_seconds", &[])) >= 1.0);
+    assert!(after.value("arbor_last_zxid", &[]) > before.value("arbor_last_zxid", &[]));
+    assert!(after.value("arbor_uptime_seconds", &[]) > 0.0);
+    assert!(after.value("process_resident_memory_bytes", &[]) > 0.0);
+}
+
+// Proves the JSON commands name this client's session (in the CLI's hex
+// form) with its peer, ephemerals and watches.
+#[tokio::test]
+async fn commands_name_the_sessions_and_their_holdings() {
+    let server = TestServer::start();
+    let c = client(&server).await;
+    c.create("/mine", Vec::new(), CreateMode::Ephemeral)
+        .await
+        .expect("created");
+    let _watch = c
+        .watch("/", AddWatchMode::Persistent)
+        .await
+        .expect("watched");
+    let session = Hex(c.session_id()).to_string();
+
+    let (status, body) = server.admin_get("/commands/sessions");
+    assert_eq!(status, 200);
+    let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let sessions = page["sessions"].as_array().expect("a list");
+    let mine = sessions
+        .iter()
+        .find(|s| s["session_id"] == session.as_str())
+        .unwrap_or_else(|| panic!("{session} is not in {body}"));
+    assert_eq!(mine["ephemerals"], 1);
+    assert_eq!(mine["watches"], 1);
+    assert!(mine["peer"]
+        .as_str()
+        .is_some_and(|p| p.starts_with("127.0.0.1:")));
+
+    let (_, body) = server.admin_get("/commands/cons");
+    assert!(body.contains(&session), "{body}");
+    let (_, body) = server.admin_get("/commands/watches");
+    let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(page["by_kind"]["persistent"], 1);
+    let (_, body) = server.admin_get("/commands/stat");
+    let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(page["mode"], "standalone");
+    assert_eq!(page["ephemerals"], 1);
+    let (status, body) = server.admin_get("/commands/nope");
+    assert_eq!(status, 404);
+    assert!(
+        body.contains("stat, conf, cons, sessions, watches"),
+        "{body}"
+    );
+}
+
+// Proves /health and /ready answer 503 with the reason once the data
+// directory can no longer be written (here: it is gone, as when a volume
+// is unmounted under a running server).
+#[test]
+fn health_and_ready_fail_when_storage_does() {
+    let server = TestServer::start();
+    assert_eq!(server.admin_get("/health"), (200, "ok\n".into()));
+    assert_eq!(server.admin_get("/ready"), (200, "ready\n".into()));
+    std::fs::remove_dir_all(server.data_dir()).expect("data dir removed");
+    let (status, body) = server.admin_get("/health");
+    assert_eq!(status, 503);
+    assert!(body.contains("storage is not writable"), "{body}");
+    let (status, body) = server.admin_get("/ready");
+    assert_eq!(status, 503);
+    assert!(body.contains("storage is not writable"), "{body}");
+}
+
+// Proves a member that loses its quorum stops being ready, says why, and
+// is ready again once a quorum is back; and that members report their role.
+#[test]
+fn ready_follows_the_quorum() {
+    let mut ensemble = TestEnsemble::start(3);
+    let leader = ensemble.wait_for_leader(None);
+    for id in 1..=3 {
+        wait_for_status(ensemble.member(id), "/ready", 200);
+    }
+    let role = Metrics::scrape(ensemble.member(leader));
+    assert_eq!(
+        role.value("arbor_ensemble_role", &[("role", "leader")]),
+        1.0
+    );
+    // The survivor is a follower: the member most tests' clients forget.
+    let survivor = (1..=3).find(|id| *id != leader).expect("a follower");
+    let other = (1..=3)
+        .find(|id| *id != leader && *id != survivor)
+        .expect("another follower");
+    ensemble.member(leader).kill();
+    ensemble.member(other).kill();
+    let body = wait_for_status(ensemble.member(survivor), "/ready", 503);
+    assert!(
+        body.contains("no leader") || body.contains("no quorum"),
+        "{body}"
+    );
+    // Still healthy: the process and its disk are fine.
+    assert_eq!(ensemble.member(survivor).admin_get("/health").0, 200);
+    ensemble.member(other).restart();
+    wait_for_status(ensemble.member(survivor), "/ready", 200);
+}
