@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arbor_protocol::codec::DECODE_INPUT_BYTES_MAX;
 use arbor_protocol::frame::DEFAULT_FRAME_BYTES_MAX;
@@ -149,6 +150,53 @@ impl Default for Config {
             peer_tls: None,
             four_letter_words: crate::zk::four_letter::Whitelist::default(),
         }
+    }
+}
+
+/// The limits a running server takes again without a restart (arbord
+/// reloads them on SIGHUP); the accept loop reads them for each connection.
+#[derive(Debug)]
+pub struct LiveLimits {
+    connections_max: AtomicUsize,
+    connections_per_ip_max: AtomicUsize,
+}
+
+impl LiveLimits {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            connections_max: AtomicUsize::new(config.connections_max),
+            connections_per_ip_max: AtomicUsize::new(config.connections_per_ip_max),
+        }
+    }
+
+    pub fn connections_max(&self) -> usize {
+        self.connections_max.load(Ordering::Relaxed)
+    }
+
+    pub fn connections_per_ip_max(&self) -> usize {
+        self.connections_per_ip_max.load(Ordering::Relaxed)
+    }
+
+    /// Takes new connection limits, checked as [`Config::validate`] checks
+    /// them. Connections already open stay open; new ones are refused
+    /// until the count is under the limit.
+    pub fn set_connections(&self, total: usize, per_ip: usize) -> Result<(), ConfigError> {
+        if total == 0 {
+            return Err(ConfigError::Zero {
+                name: "connections_max",
+            });
+        }
+        if per_ip == 0 {
+            return Err(ConfigError::Zero {
+                name: "connections_per_ip_max",
+            });
+        }
+        if per_ip > total {
+            return Err(ConfigError::PerIpLimit { per_ip, total });
+        }
+        self.connections_max.store(total, Ordering::Relaxed);
+        self.connections_per_ip_max.store(per_ip, Ordering::Relaxed);
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, LiveLimits};
 use crate::net::ConnectionRegistry;
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::Committer;
@@ -42,6 +42,9 @@ pub struct Shared {
     pub outbound_total: Arc<crate::net::OutboundTotal>,
     /// What the server counts; every view of its figures reads these.
     pub stats: Arc<Stats>,
+    /// The connection limits in force (`config` holds those it started
+    /// with).
+    pub limits: Arc<LiveLimits>,
 }
 
 /// What being an ensemble member changes for the rest of the server.
@@ -81,6 +84,7 @@ impl Shared {
             ensemble: OnceLock::new(),
             outbound_total: Arc::default(),
             stats: Arc::default(),
+            limits: Arc::new(LiveLimits::new(&config)),
             config,
         }
     }
@@ -89,6 +93,13 @@ impl Shared {
     /// the snapshot thread) instead of a fresh set.
     pub fn with_stats(mut self, stats: Arc<Stats>) -> Self {
         self.stats = stats;
+        self
+    }
+
+    /// Reads its connection limits from `limits`, which a reload may
+    /// change.
+    pub fn with_limits(mut self, limits: Arc<LiveLimits>) -> Self {
+        self.limits = limits;
         self
     }
 

@@ -14,7 +14,7 @@ use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, ServerMessage};
 use parking_lot::Mutex;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 use crate::admin;
 use crate::clock::Clock;
 use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, LiveLimits};
 use crate::context::Shared;
 use crate::housekeeping;
 use crate::net::{self, Listener, TlsAcceptor, Wire};
@@ -76,6 +76,7 @@ pub struct Server {
     storage: OpenedStorage,
     /// Loaded from `config.tls`, if set.
     tls: Option<TlsAcceptor>,
+    limits: Arc<LiveLimits>,
 }
 
 /// Where a server takes clients: a plain listener, a TLS one (with the
@@ -102,6 +103,7 @@ impl Server {
         let tls = config.tls.as_ref().map(TlsAcceptor::load).transpose()?;
         let storage = open_storage(&config)?;
         Ok(Self {
+            limits: Arc::new(LiveLimits::new(&config)),
             config,
             clock: Clock::system(),
             storage,
@@ -114,6 +116,12 @@ impl Server {
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The connection limits the server will serve with: setting them
+    /// takes effect at once, also while it serves (SIGHUP).
+    pub fn limits(&self) -> Arc<LiveLimits> {
+        self.limits.clone()
     }
 
     /// The last zxid recovered from the data directory.
@@ -159,7 +167,14 @@ impl Server {
             zk: listeners.zk,
             admin: listeners.admin,
         };
-        serve(self.config, self.clock, self.storage, listeners, shutdown).await
+        let Server {
+            config,
+            clock,
+            storage,
+            limits,
+            ..
+        } = self;
+        serve(config, clock, storage, limits, listeners, shutdown).await
     }
 }
 
@@ -225,6 +240,7 @@ async fn serve<L: Listener>(
     config: Config,
     clock: Clock,
     storage: OpenedStorage,
+    limits: Arc<LiveLimits>,
     listeners: Serving<L>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
@@ -256,7 +272,11 @@ async fn serve<L: Listener>(
             Starting::Member(storage),
         ),
     };
-    let shared = Arc::new(Shared::new(config, clock, state, committer).with_stats(stats));
+    let shared = Arc::new(
+        Shared::new(config, clock, state, committer)
+            .with_stats(stats)
+            .with_limits(limits),
+    );
     {
         // After a restart every session gets a full timeout to reconnect.
         let now_ms = shared.clock.monotonic_ms();
@@ -309,8 +329,7 @@ async fn serve<L: Listener>(
     }
 
     let connections = TaskTracker::new();
-    let slots = Arc::new(Semaphore::new(shared.config.connections_max));
-    let per_ip = Arc::new(PerIpLimit::new(shared.config.connections_per_ip_max));
+    let per_ip = Arc::new(PerIpLimit::new(shared.limits.clone()));
     let plain_addr = plain
         .as_ref()
         .and_then(|listener| listener.local_addr().ok());
@@ -341,8 +360,10 @@ async fn serve<L: Listener>(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            let limit = shared.config.connections_max;
+        let limit = shared.limits.connections_max();
+        // Counted when the task is spawned, in this same loop: nothing
+        // else opens one between the check and the count.
+        if shared.stats.connections().open >= limit as u64 {
             warn!(%peer, limit, "connection limit reached; refusing");
             shared.stats.connection_refused(false);
             refuse(
@@ -350,9 +371,9 @@ async fn serve<L: Listener>(
                 format!("the server is serving its limit of {limit} connections"),
             );
             continue;
-        };
+        }
         let Some(ip_slot) = PerIpLimit::acquire(&per_ip, peer.ip()) else {
-            let limit = shared.config.connections_per_ip_max;
+            let limit = shared.limits.connections_per_ip_max();
             warn!(%peer, limit, "per-address connection limit reached; refusing");
             shared.stats.connection_refused(true);
             refuse(
@@ -372,18 +393,18 @@ async fn serve<L: Listener>(
         match stream {
             Accepted::Plain(stream) => connections.spawn(async move {
                 net::serve(stream, peer, None, Wire::Native, shared).await;
-                drop((slot, ip_slot, open));
+                drop((ip_slot, open));
             }),
             Accepted::Tls(stream, acceptor) => connections.spawn(async move {
                 if let Some(secured) = acceptor.accept(stream, peer, tls_handshake_timeout).await {
                     let subject = secured.subject;
                     net::serve(secured.stream, peer, subject, Wire::Native, shared).await;
                 }
-                drop((slot, ip_slot, open));
+                drop((ip_slot, open));
             }),
             Accepted::ZooKeeper(stream) => connections.spawn(async move {
                 net::serve(stream, peer, None, Wire::ZooKeeper, shared).await;
-                drop((slot, ip_slot, open));
+                drop((ip_slot, open));
             }),
         };
     }
@@ -588,7 +609,7 @@ impl Drop for OpenConnection {
 
 /// Counts connections per client address.
 struct PerIpLimit {
-    max: usize,
+    limits: Arc<LiveLimits>,
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -599,9 +620,9 @@ struct IpSlot {
 }
 
 impl PerIpLimit {
-    fn new(max: usize) -> Self {
+    fn new(limits: Arc<LiveLimits>) -> Self {
         Self {
-            max,
+            limits,
             counts: Mutex::new(HashMap::new()),
         }
     }
@@ -609,7 +630,7 @@ impl PerIpLimit {
     fn acquire(limit: &Arc<PerIpLimit>, ip: IpAddr) -> Option<IpSlot> {
         let mut counts = limit.counts.lock();
         let count = counts.entry(ip).or_insert(0);
-        if *count >= limit.max {
+        if *count >= limit.limits.connections_per_ip_max() {
             return None;
         }
         *count += 1;

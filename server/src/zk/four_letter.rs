@@ -463,7 +463,11 @@ fn configuration(shared: &Shared) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "dataDir={}", config.data_dir.display());
     let _ = writeln!(out, "tickTime={}", config.tick_ms);
-    let _ = writeln!(out, "maxClientCnxns={}", config.connections_per_ip_max);
+    let _ = writeln!(
+        out,
+        "maxClientCnxns={}",
+        shared.limits.connections_per_ip_max()
+    );
     let _ = writeln!(
         out,
         "minSessionTimeout={}",
