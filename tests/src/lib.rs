@@ -39,6 +39,8 @@ pub struct TestServer {
     leader_seen: std::sync::Arc<AtomicU64>,
     /// Snapshots this process logged as installed from its leader.
     snapshots_installed: std::sync::Arc<AtomicU64>,
+    /// The last [`LOG_LINES_KEPT`] lines of its log.
+    log: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
     _stdin: Option<ChildStdin>,
     /// The plain port's `host:port` (the TLS port's with `--listen off`).
     addr: String,
@@ -266,12 +268,14 @@ impl TestServer {
         let addr = plain.or_else(|| tls_addr.clone()).expect("a listener");
         let leader_seen = std::sync::Arc::new(AtomicU64::new(NO_LEADER_SEEN));
         let snapshots_installed = std::sync::Arc::new(AtomicU64::new(0));
+        let log = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
         if !log_to_terminal {
             // Keep draining stderr so the server never blocks on a full pipe,
             // noting who it says leads.
             if let Some(stderr) = child.stderr.take() {
                 let leader_seen = leader_seen.clone();
                 let snapshots_installed = snapshots_installed.clone();
+                let log = log.clone();
                 std::thread::spawn(move || {
                     for line in BufReader::new(stderr).lines() {
                         let Ok(line) = line else { return };
@@ -280,6 +284,12 @@ impl TestServer {
                         }
                         if line.contains("installed a snapshot from the leader") {
                             snapshots_installed.fetch_add(1, Ordering::AcqRel);
+                        }
+                        if let Ok(mut log) = log.lock() {
+                            if log.len() == LOG_LINES_KEPT {
+                                log.pop_front();
+                            }
+                            log.push_back(line);
                         }
                     }
                 });
@@ -290,6 +300,7 @@ impl TestServer {
             child,
             leader_seen,
             snapshots_installed,
+            log,
             _stdin: stdin,
             addr,
             tls_addr,
@@ -358,6 +369,28 @@ impl TestServer {
 
     /// How many snapshots this ensemble member logged as installed from
     /// its leader.
+    /// Waits until a line of the server's log contains every one of
+    /// `parts` (not with `ARBOR_TEST_LOG`, which sends the log to the
+    /// terminal); that line.
+    pub fn wait_for_log(&self, parts: &[&str]) -> String {
+        let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            if let Ok(log) = self.log.lock() {
+                let found = log
+                    .iter()
+                    .find(|line| parts.iter().all(|part| line.contains(part)));
+                if let Some(line) = found {
+                    return line.clone();
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no log line with {parts:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn snapshots_installed(&self) -> u64 {
         self.snapshots_installed.load(Ordering::Acquire)
     }
@@ -372,6 +405,9 @@ impl TestServer {
 }
 
 const NO_LEADER_SEEN: u64 = u64::MAX;
+
+/// Lines of a server's log a test can look through.
+pub const LOG_LINES_KEPT: usize = 2000;
 
 /// `Some(leader)` from an arbord "leader changed" log line.
 fn leader_in(line: &str) -> Option<Option<u64>> {
