@@ -217,6 +217,20 @@ pub(crate) async fn connect(
                 debug!(addr, message, "credentials refused");
                 return Err(Error::AuthFailed);
             }
+            // The server is up and says why it will not serve us (its
+            // connection limits): that, not "unreachable", is the answer
+            // if no other server takes us.
+            Attempt::Refused {
+                code: ErrorCode::LimitExceeded,
+                message,
+            } => {
+                debug!(addr, message, "connection refused");
+                Error::Refused {
+                    addr: addr.to_owned(),
+                    code: ErrorCode::LimitExceeded,
+                    message,
+                }
+            }
             Attempt::Refused { code, message } => {
                 debug!(addr, ?code, message, "handshake refused");
                 Error::from_code(code, "")

@@ -113,6 +113,17 @@ pub enum Error {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// The server turned the connection away before any session, saying
+    /// why: it is serving as many connections as it allows in all, or from
+    /// this client's address (`code` is
+    /// [`ErrorCode::LimitExceeded`]). The server is up; retry later or
+    /// close other connections.
+    #[error("the server refused the connection: {message}")]
+    Refused {
+        addr: String,
+        code: ErrorCode,
+        message: String,
+    },
     /// The client was closed (by [`Client::close`](crate::Client::close)).
     #[error("client closed")]
     Closed,
@@ -201,6 +212,7 @@ impl Error {
             Error::Internal => ErrorCode::Internal,
             Error::InvalidAcl => ErrorCode::InvalidAcl,
             Error::MultiFailed { code, .. } => *code,
+            Error::Refused { code, .. } => *code,
             Error::ConnectionLoss
             | Error::Timeout
             | Error::Connect { .. }

@@ -13,7 +13,7 @@ use arbor_protocol::frame::encode_frame;
 use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, ServerMessage};
 use parking_lot::Mutex;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -37,6 +37,10 @@ use crate::storage::txnlog::{FsyncPolicy, TxnLogOptions, TxnLogWriter};
 
 /// How long a refused connection may take to receive its explanation.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Bytes of a refused client's input read and dropped before its socket
+/// is closed (its handshake is well under this).
+const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;
 
 /// Pause after a failed accept (for example, out of file descriptors), so the
 /// loop does not spin.
@@ -368,7 +372,7 @@ async fn serve<L: Listener>(
             shared.stats.connection_refused(false);
             refuse(
                 stream,
-                format!("the server is serving its limit of {limit} connections"),
+                format!("too many connections to this server (limit {limit})"),
             );
             continue;
         }
@@ -378,10 +382,7 @@ async fn serve<L: Listener>(
             shared.stats.connection_refused(true);
             refuse(
                 stream,
-                format!(
-                    "{} already has {limit} connections, the limit per address",
-                    peer.ip()
-                ),
+                format!("too many connections from this address (limit {limit})"),
             );
             continue;
         };
@@ -572,8 +573,13 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
 }
 
 /// Tells a refused client why, then closes: the frame goes out before the
-/// handshake, which the protocol allows for `Closing`.
-fn refuse<S: AsyncWrite + Send + Unpin + 'static>(stream: Accepted<S>, message: String) {
+/// handshake, which the protocol allows for `Closing`. `LimitExceeded`
+/// tells the client it reached the server, which turned it away (not
+/// "unreachable"), and the message says which limit.
+fn refuse<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
+    stream: Accepted<S>,
+    message: String,
+) {
     // Before its handshake a TLS client cannot read anything we say, and a
     // ZooKeeper client has no message for it: it is just closed.
     let Accepted::Plain(mut stream) = stream else {
@@ -582,12 +588,29 @@ fn refuse<S: AsyncWrite + Send + Unpin + 'static>(stream: Accepted<S>, message: 
     tokio::spawn(async move {
         let mut frame = Vec::new();
         let closing = ServerMessage::Closing {
-            code: ErrorCode::Unavailable,
+            code: ErrorCode::LimitExceeded,
             message,
         };
-        if encode_frame(&closing, usize::MAX, &mut frame).is_ok() {
-            let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, stream.write_all(&frame)).await;
+        if encode_frame(&closing, usize::MAX, &mut frame).is_err() {
+            return;
         }
+        let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+            stream.write_all(&frame).await?;
+            stream.shutdown().await?;
+            // Read what the client sent (its handshake) before closing: a
+            // socket closed with unread input sends a reset, which can reach
+            // the client before our answer and hide it.
+            let mut sink = [0u8; 1024];
+            let mut drained = 0;
+            while drained < REFUSAL_DRAIN_BYTES_MAX {
+                match stream.read(&mut sink).await? {
+                    0 => break,
+                    read => drained += read,
+                }
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await;
     });
 }
 

@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use arbor_client::{Client, ClientOptions};
 use arbor_protocol::{
     ClientMessage, CreateMode, ErrorCode, EventType, Op, OpResult, SessionCredentials,
 };
-use arbor_tests::{RawConnection, TestServer, TEST_TICK_MS};
+use arbor_tests::{client, RawConnection, TestServer, TEST_TICK_MS};
 
 async fn create_ephemeral(conn: &mut RawConnection, path: &str) {
     let create = Op::Create {
@@ -228,13 +229,32 @@ async fn connections_per_address_are_limited() {
     let mut fourth = RawConnection::open(server.addr()).await;
     let refused = fourth.handshake(4000, None, 0).await;
     assert!(
-        matches!(refused, Err((ErrorCode::Unavailable, ref m)) if m.contains("limit per address")),
+        matches!(refused, Err((ErrorCode::LimitExceeded, ref m)) if m == "too many connections from this address (limit 3)"),
         "the fourth connection is told why: {refused:?}"
     );
     drop(open.pop());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (mut again, _) = RawConnection::session(server.addr(), 4000).await;
     assert_eq!(again.request(Op::Ping).await.0, Ok(OpResult::Pong));
+}
+
+// Proves the client library reports a connection over the per-address
+// limit as a refusal that names the limit, not as an unreachable server.
+#[tokio::test]
+async fn a_client_over_the_limit_is_told_so() {
+    let server = TestServer::start_with(&["--max-connections-per-ip", "1"]);
+    let _first = client(&server).await;
+    let refused = Client::connect(server.addr(), ClientOptions::default()).await;
+    match refused {
+        Err(err @ arbor_client::Error::Refused { .. }) => {
+            assert_eq!(
+                err.to_string(),
+                "the server refused the connection: too many connections from this address (limit 1)"
+            );
+            assert_eq!(err.code(), Some(ErrorCode::LimitExceeded));
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
 }
 
 async fn children(conn: &mut RawConnection, path: &str) -> Vec<String> {
