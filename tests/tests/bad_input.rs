@@ -202,3 +202,40 @@ async fn invalid_paths_are_invalid_path_and_never_crash() {
     }
     assert_eq!(conn.request(Op::Ping).await.0, Ok(OpResult::Pong));
 }
+
+/// What a raw TCP peer gets back after sending `bytes` (until the server
+/// closes).
+async fn answer_to(server: &TestServer, bytes: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connects");
+    stream.write_all(bytes).await.expect("sent");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        stream.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(read.is_ok(), "the server answers at once, not at a timeout");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+// Proves a browser or curl on the native port gets an HTTP answer that
+// names the admin port, and a four-letter word (sent alone, as `nc` does)
+// gets a line naming the ZooKeeper port: not a frame-size error. Arbor
+// clients are served as before.
+#[tokio::test]
+async fn other_protocols_on_the_native_port_are_told_which_port_they_want() {
+    let server = TestServer::start();
+    let http = answer_to(&server, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(http.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{http}");
+    assert!(http.contains("admin port (--admin-listen"), "{http}");
+    let word = answer_to(&server, b"ruok").await;
+    assert!(
+        word.contains("four-letter words use the ZooKeeper port"),
+        "{word}"
+    );
+    let mut conn = setup(&server).await;
+    assert_eq!(snapshot(&mut conn).await.0, b"v1".to_vec());
+}

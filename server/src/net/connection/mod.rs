@@ -29,6 +29,7 @@ mod handshake;
 mod prefixed;
 mod reader;
 mod responder;
+mod sniff;
 mod wire;
 mod writer;
 
@@ -47,7 +48,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf};
 use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::acl::identity::Origin;
 use crate::context::Shared;
@@ -157,19 +158,27 @@ pub async fn serve<S>(
 {
     let connection_id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
     let config = &shared.config;
-    // A ZooKeeper connection may open with a four-letter word instead; if
-    // it does not, the bytes looked at are read again as the frame's start.
-    let mut first: &[u8] = &[];
+    // A ZooKeeper connection may open with a four-letter word instead, and
+    // a native one may come from a peer that speaks something else; if
+    // not, the bytes looked at are read again as the frame's start.
     let looked_at;
-    if wire == Wire::ZooKeeper {
-        match four_letter_word(&mut stream, peer, &shared).await {
+    let sniffed;
+    let first: &[u8] = match wire {
+        Wire::ZooKeeper => match four_letter_word(&mut stream, peer, &shared).await {
             Some(bytes) => {
                 looked_at = bytes;
-                first = &looked_at;
+                &looked_at
             }
             None => return,
-        }
-    }
+        },
+        Wire::Native => match native_start(&mut stream, peer, &shared).await {
+            Some(bytes) => {
+                sniffed = bytes;
+                &sniffed.bytes[..sniffed.len]
+            }
+            None => return,
+        },
+    };
     let (read_half, write_half) = tokio::io::split(prefixed::Prefixed::new(first, stream));
     let mut frames = FramedRead::with_capacity(
         read_half,
@@ -268,6 +277,56 @@ where
     })
     .await;
     None
+}
+
+/// Reads a native connection's first bytes, within the handshake timeout:
+/// a peer that speaks another protocol is told which port it wants (if it
+/// can read text), logged and closed (`None`); anything else is given back
+/// to be read as the handshake.
+async fn native_start<S>(stream: &mut S, peer: SocketAddr, shared: &Shared) -> Option<Sniffed>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let wait = Duration::from_millis(shared.config.handshake_timeout_ms);
+    let mut sniffed = Sniffed {
+        bytes: [0; sniff::SNIFF_BYTES],
+        len: 4,
+    };
+    let read = tokio::time::timeout(wait, async {
+        // A word or a method is known from four bytes, and a tool that
+        // sends only `ruok` waits for its answer: the next four are read
+        // only when they decide (a short frame, as a handshake is).
+        stream.read_exact(&mut sniffed.bytes[..4]).await?;
+        if sniff::needs_more(&sniffed.bytes[..4]) {
+            stream.read_exact(&mut sniffed.bytes[4..]).await?;
+            sniffed.len = sniff::SNIFF_BYTES;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    match read.await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) | Err(_) => return None,
+    }
+    let kind = sniff::classify(&sniffed.bytes[..sniffed.len]);
+    if kind == sniff::Peer::Native {
+        return Some(sniffed);
+    }
+    info!(%peer, speaks = ?kind, "not an Arbor client on the native port; closing");
+    shared.stats.protocol_error();
+    if let Some(answer) = sniff::answer(kind) {
+        let _ = tokio::time::timeout(WRITER_DRAIN_TIMEOUT, async {
+            stream.write_all(answer.as_bytes()).await?;
+            stream.shutdown().await
+        })
+        .await;
+    }
+    None
+}
+
+/// The bytes [`native_start`] read, to be read again.
+struct Sniffed {
+    bytes: [u8; sniff::SNIFF_BYTES],
+    len: usize,
 }
 
 #[cfg(test)]

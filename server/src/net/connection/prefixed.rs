@@ -1,6 +1,7 @@
 //! A stream whose first bytes were already read (a ZooKeeper connection's
-//! first four, looked at for a four-letter word) and are given back ahead
-//! of the rest. Putting them into the frame reader's buffer instead would
+//! first four, looked at for a four-letter word; a native one's first
+//! eight, looked at for a peer that speaks something else) and are given
+//! back ahead of the rest. Putting them into the frame reader's buffer instead would
 //! not do: it decodes only after its next read returns, so a complete
 //! frame header in those bytes (an oversized length to refuse) would wait
 //! for bytes the client may never send.
@@ -11,8 +12,8 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The most bytes given back: a four-letter word's.
-const PREFIX_BYTES_MAX: usize = 4;
+/// The most bytes given back: what [`super::sniff`] looks at.
+const PREFIX_BYTES_MAX: usize = super::sniff::SNIFF_BYTES;
 
 pub(super) struct Prefixed<S> {
     prefix: [u8; PREFIX_BYTES_MAX],
