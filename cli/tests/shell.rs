@@ -1,5 +1,8 @@
-//! End-to-end tests of `arbor shell` against a real `arbord`, with a script
-//! piped into its stdin (no terminal, so no prompt and no history file).
+//! End-to-end tests of `arbor shell` against a real `arbord`: with a script
+//! piped into its stdin (no terminal, so no prompt and no history file), and
+//! on a pseudo-terminal, as a person types at it.
+
+mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -7,6 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use arbor_tests::TestServer;
+use common::Terminal;
 
 /// Starts `arbor [flags] --server <server> shell` with piped stdio.
 fn spawn_shell(server: &TestServer, flags: &[&str]) -> Child {
@@ -220,5 +224,64 @@ whoami
              ip:127.0.0.1\ndigest:{alice}\n"
         ),
         "stderr: {stderr}"
+    );
+}
+
+/// `arbor --server <server> shell` on a pty, once its first prompt is shown.
+fn shell_on_terminal(server: &TestServer) -> Terminal {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_arbor"));
+    command
+        .args(["--server", server.addr(), "shell"])
+        .env("ARBOR_HISTORY", "/nonexistent/arbor-shell-test-history")
+        .env_remove("ARBOR_AUTH");
+    let terminal = Terminal::spawn(&mut command);
+    terminal.wait_for("/> ", 1);
+    terminal
+}
+
+/// The data at `path` as a one-shot `arbor get` prints it (empty if none).
+fn get(server: &TestServer, path: &str) -> String {
+    let got = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.addr(), "get", path])
+        .output()
+        .expect("arbor get runs");
+    text(&got.stdout)
+}
+
+/// The children of the root, asked with a one-shot `arbor ls /`.
+fn root_children(server: &TestServer) -> Vec<String> {
+    let listed = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.addr(), "ls", "/"])
+        .output()
+        .expect("arbor ls runs");
+    assert!(listed.status.success(), "{listed:?}");
+    text(&listed.stdout).lines().map(str::to_owned).collect()
+}
+
+// Proves several lines arriving in one read at a terminal (a paste, or keys typed while a command runs), and a bracketed paste of several lines, all run, in order.
+#[test]
+fn pasted_lines_on_a_terminal_all_run() {
+    let server = TestServer::start();
+    let mut terminal = shell_on_terminal(&server);
+    // One write: the line editor reads it all at once, past the first Enter.
+    terminal.type_in(b"create /p1\ncreate /p2 a\nset /p2 b\ncreate /p3\n");
+    // A bracketed paste (as terminals send one) is one entry with newlines
+    // in it, accepted by the Enter after it.
+    terminal.type_in(b"\x1b[200~create /p4\rset /p4 c\r\x1b[201~\r");
+    // Give every line time to run before leaving (the prompt is redrawn
+    // as keys are echoed, so the screen cannot tell).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while get(&server, "/p4") != "c\n" && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    terminal.type_in(b"exit\n");
+    let status = terminal.wait();
+    assert!(status.success(), "{status:?}: {}", terminal.screen());
+    assert_eq!(root_children(&server), ["p1", "p2", "p3", "p4"]);
+    assert_eq!(get(&server, "/p2"), "b\n", "the set ran after its create");
+    assert_eq!(
+        get(&server, "/p4"),
+        "c\n",
+        "the pasted set ran after its create"
     );
 }

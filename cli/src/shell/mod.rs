@@ -19,6 +19,11 @@
 //!   the client's connection task. Without a terminal on stdin there is no
 //!   editor: lines are read plainly (bounded by [`LINE_BYTES_MAX`]), with no
 //!   prompt and no history file, so scripts can be piped in.
+//! * Several lines at once at a terminal all run, in order: keys the editor
+//!   read past a line's Enter stay in its buffer for the next `readline`
+//!   (rustyline's `buffer-redux` feature; without it they were dropped with
+//!   the reader), and a bracketed paste, which comes back as one entry with
+//!   newlines in it, runs line by line.
 //! * One session for the whole shell. The client resumes a lost connection
 //!   by itself; if the session has expired, the next line that needs the
 //!   server says so and connects a new session (retrying on each later line
@@ -232,11 +237,20 @@ impl Shell<'_> {
                     break;
                 }
             };
-            if !line.trim().is_empty() {
-                // Refused duplicates and blank-led lines are not errors.
-                editor.add_history_entry(line.as_str()).ok();
+            // A bracketed paste comes back as one entry with its newlines
+            // in it: each of its lines runs on its own, as if typed.
+            let mut flow = Flow::Continue;
+            for line in line.lines() {
+                if !line.trim().is_empty() {
+                    // Refused duplicates and blank-led lines are not errors.
+                    editor.add_history_entry(line).ok();
+                }
+                flow = self.run_line(line).await;
+                if flow == Flow::Exit {
+                    break;
+                }
             }
-            if self.run_line(&line).await == Flow::Exit {
+            if flow == Flow::Exit {
                 break;
             }
         }
