@@ -20,6 +20,10 @@
 //! `ConnectionLoss` instead of waiting for the reconnect (as ZooKeeper's
 //! client does): the caller decides whether and how to retry.
 
+mod admin;
+
+pub use admin::ServerReport;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -982,6 +986,9 @@ fn result_name(result: &OpResult) -> &'static str {
         OpResult::Ephemerals(_) => "Ephemerals",
         OpResult::DescendantCount(_) => "DescendantCount",
         OpResult::MultiRead(_) => "MultiRead",
+        OpResult::AdminReport(_) => "AdminReport",
+        OpResult::BackupStarted(_) => "BackupStarted",
+        OpResult::BackupChunk(_) => "BackupChunk",
     }
 }
 

@@ -124,6 +124,9 @@ pub enum Error {
         code: ErrorCode,
         message: String,
     },
+    /// Writing what a call fetched (a backup) to its destination failed.
+    #[error("cannot write the result: {0}")]
+    Io(Arc<std::io::Error>),
     /// The client was closed (by [`Client::close`](crate::Client::close)).
     #[error("client closed")]
     Closed,
@@ -220,6 +223,7 @@ impl Error {
             | Error::Closed
             | Error::WatchLagged
             | Error::WatchRemoved
+            | Error::Io(_)
             | Error::Protocol(_) => return None,
         };
         Some(code)

@@ -109,12 +109,12 @@ mod tests;
 
 pub use arbor_protocol::acl;
 pub use arbor_protocol::{
-    Acl, AddWatchMode, ChildEntry, ClusterStatus, CreateMode, ErrorCode, EventType, Hex, Id,
-    MemberStatus, MultiOp, MultiOpOutcome, OpResult, Perms, ServerLimits, SessionCredentials,
-    SessionId, Stat, WatchEvent, WatcherKind, Zxid, ANY_VERSION,
+    Acl, AddWatchMode, BackupInfo, ChildEntry, ClusterStatus, CreateMode, ErrorCode, EventType,
+    Hex, Id, MemberStatus, MultiOp, MultiOpOutcome, OpResult, Perms, ServerLimits,
+    SessionCredentials, SessionId, Stat, WatchEvent, WatcherKind, Zxid, ANY_VERSION,
 };
 
-pub use client::Client;
+pub use client::{Client, ServerReport};
 pub use connection::{CLOSE_ON_DROP_TIMEOUT, DEADLINE_TICK, WRITE_BUFFER_HIGH_WATER_BYTES};
 pub use error::Error;
 pub use options::{

@@ -34,11 +34,12 @@ pub use child_names::ChildNames;
 pub use error::ErrorCode;
 pub use event::{EventType, WatchEvent};
 pub use request::{
-    AddWatchMode, ClientMessage, ConnectRequest, CreateMode, MultiOp, Op, ReadOp,
-    SessionCredentials, SetWatches, WatcherKind, ANY_VERSION, CHILDREN_BELOW_MAX,
+    AddWatchMode, AdminCommand, ClientMessage, ConnectRequest, CreateMode, MultiOp, Op, ReadOp,
+    SessionCredentials, SetWatches, WatcherKind, ANY_VERSION, BACKUP_CHUNK_BYTES_MAX,
+    CHILDREN_BELOW_MAX,
 };
 pub use response::{
-    ChildEntry, ClusterStatus, ConnectResponse, MemberStatus, MultiOpOutcome, OpResult,
+    BackupInfo, ChildEntry, ClusterStatus, ConnectResponse, MemberStatus, MultiOpOutcome, OpResult,
     ServerLimits, ServerMessage,
 };
 pub use stat::Stat;

@@ -308,7 +308,38 @@ pub enum Op {
         path: String,
         kind: WatcherKind,
     },
+    /// An operator's command: the server's figures and listings, evicting
+    /// a session, a backup. Needs ADMIN on `/` (or the superuser).
+    Admin(AdminCommand),
 }
+
+/// What an [`Op::Admin`] asks.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum AdminCommand {
+    /// The server's figures, as JSON (the admin port's `/commands/stat`).
+    Stat,
+    /// The settings in force, as JSON (`/commands/conf`).
+    Conf,
+    /// Connections serving sessions, as JSON (`/commands/cons`).
+    Connections,
+    /// Every session, as JSON (`/commands/sessions`).
+    Sessions,
+    /// Watch counts, as JSON (`/commands/watches`).
+    Watches,
+    /// Ends another session as if it had expired: its ephemerals go, its
+    /// client is told `SessionExpired`. For a stuck client an operator must
+    /// evict.
+    CloseSession { session_id: SessionId },
+    /// Writes a consistent snapshot of the whole state, to be read with
+    /// [`AdminCommand::BackupRead`].
+    BackupStart,
+    /// Up to [`BACKUP_CHUNK_BYTES_MAX`] bytes of backup `id` from `offset`.
+    BackupRead { id: u64, offset: u64 },
+}
+
+/// The most bytes one [`AdminCommand::BackupRead`] returns (less if the
+/// frame limit is smaller).
+pub const BACKUP_CHUNK_BYTES_MAX: u32 = 512 * 1024;
 
 /// One read of an [`Op::MultiRead`].
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -395,6 +426,7 @@ impl Op {
             Op::CountDescendants { .. } => "count_descendants",
             Op::MultiRead { .. } => "multi_read",
             Op::CheckWatches { .. } => "check_watches",
+            Op::Admin(_) => "admin",
         }
     }
 }

@@ -135,6 +135,25 @@ pub enum OpResult {
     DescendantCount(u64),
     /// Each read's own answer, in order.
     MultiRead(Vec<Result<OpResult, ErrorCode>>),
+    /// An admin command's answer, as a JSON document.
+    AdminReport(String),
+    /// A backup was written and can be read.
+    BackupStarted(BackupInfo),
+    /// Bytes of a backup; fewer than asked (or none) at its end.
+    BackupChunk(Vec<u8>),
+}
+
+/// A backup the server has written, ready to be read.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct BackupInfo {
+    pub id: u64,
+    /// The state is exact as of this zxid.
+    pub zxid: Zxid,
+    pub bytes: u64,
+    /// crc32c of the whole file.
+    pub crc32c: u32,
+    pub nodes: u64,
+    pub sessions: u64,
 }
 
 /// One server's view of its ensemble (answer to `Op::ClusterStatus`).

@@ -45,6 +45,8 @@ pub struct Shared {
     /// The connection limits in force (`config` holds those it started
     /// with).
     pub limits: Arc<LiveLimits>,
+    /// Backups prepared for `arbor backup` and not yet read.
+    pub backups: crate::admin::backup::Backups,
 }
 
 /// What being an ensemble member changes for the rest of the server.
@@ -85,6 +87,7 @@ impl Shared {
             outbound_total: Arc::default(),
             stats: Arc::default(),
             limits: Arc::new(LiveLimits::new(&config)),
+            backups: crate::admin::backup::Backups::default(),
             config,
         }
     }

@@ -502,6 +502,8 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
             path: layout.data_dir.clone(),
         });
     }
+    // Backups an earlier run prepared and nobody read.
+    admin::backup::clear(&layout.data_dir).map_err(io(&layout.data_dir))?;
     for removed in
         snapshot::remove_temporaries(&layout.snapshot_dir).map_err(RecoveryError::from)?
     {

@@ -52,10 +52,11 @@ pub const OP_NAMES: [&str; OPS] = [
     "count_descendants",
     "multi_read",
     "check_watches",
+    "admin",
     "unsupported",
 ];
 
-const OPS: usize = 27;
+const OPS: usize = 28;
 
 /// The slot of a request the server could not read as an op.
 pub const UNSUPPORTED_OP: usize = OPS - 1;
@@ -122,6 +123,7 @@ pub fn op_slot(op: &Op) -> usize {
         Op::CountDescendants { .. } => 23,
         Op::MultiRead { .. } => 24,
         Op::CheckWatches { .. } => 25,
+        Op::Admin(_) => 26,
     }
 }
 

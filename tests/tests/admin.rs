@@ -270,3 +270,69 @@ fn ready_follows_the_quorum() {
     ensemble.member(other).restart();
     wait_for_status(ensemble.member(survivor), "/ready", 200);
 }
+
+// Proves the admin commands over the native protocol: the same reports as
+// the admin port, an operator's eviction of another session (its ephemeral
+// goes, its client is told it expired), and ADMIN on `/` required once
+// the root's ACL is locked down.
+#[tokio::test]
+async fn native_admin_commands_report_evict_and_need_admin() {
+    use arbor_client::{acl::Acl, Client, ClientOptions, Error, ServerReport};
+    let server = TestServer::start();
+    let operator = client(&server).await;
+    let stuck = client(&server).await;
+    stuck
+        .create("/held", Vec::new(), CreateMode::Ephemeral)
+        .await
+        .expect("created");
+    let stuck_id = Hex(stuck.session_id()).to_string();
+    let report = operator
+        .server_report(ServerReport::Sessions)
+        .await
+        .expect("report");
+    let page: serde_json::Value = serde_json::from_str(&report).expect("JSON");
+    assert!(
+        page["sessions"]
+            .as_array()
+            .is_some_and(|all| all.iter().any(|s| s["session_id"] == stuck_id.as_str())),
+        "{report}"
+    );
+    let stat = operator
+        .server_report(ServerReport::Stat)
+        .await
+        .expect("report");
+    assert!(stat.contains("\"mode\": \"standalone\""), "{stat}");
+
+    operator
+        .evict_session(stuck.session_id())
+        .await
+        .expect("evicted");
+    assert!(matches!(operator.exists("/held").await, Ok(None)));
+    assert!(matches!(
+        stuck.get_data("/").await,
+        Err(Error::SessionExpired)
+    ));
+    assert!(matches!(
+        operator.evict_session(stuck.session_id()).await,
+        Err(Error::NoNode { .. })
+    ));
+
+    // Only alice may administer once `/` says so.
+    let alice = Client::connect(
+        server.addr(),
+        ClientOptions::default().with_auth("digest", "alice:secret"),
+    )
+    .await
+    .expect("connects");
+    let id = arbor_client::acl::digest_id("alice:secret").expect("digest");
+    let locked = vec![
+        Acl::parse(&format!("digest:{id}:cdrwa")).expect("ACL"),
+        Acl::parse("world:anyone:cdrw").expect("ACL"),
+    ];
+    alice.set_acl("/", locked, None).await.expect("set");
+    assert!(matches!(
+        operator.server_report(ServerReport::Stat).await,
+        Err(Error::NoAuth)
+    ));
+    assert!(alice.server_report(ServerReport::Stat).await.is_ok());
+}

@@ -17,10 +17,12 @@
 //! served at once: a scraper stuck on the port cannot hold the server's
 //! memory or threads.
 
+pub mod backup;
 pub mod commands;
 pub mod figures;
 pub mod http;
 pub mod metrics;
+pub mod native;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -142,8 +142,8 @@ fn read(
                 stat: n.stat(),
             }
         }),
-        // Taken by the connection before it gets here (they are no reads).
-        Op::AddMember { .. } | Op::RemoveMember { .. } => Err(ErrorCode::BadRequest),
+        // Taken by prep before it gets here (they are no reads).
+        Op::AddMember { .. } | Op::RemoveMember { .. } | Op::Admin(_) => Err(ErrorCode::BadRequest),
         Op::ClusterStatus => Ok(OpResult::ClusterStatus(
             shared
                 .ensemble()

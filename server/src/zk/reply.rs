@@ -279,6 +279,8 @@ fn body(op_code: i32, result: &OpResult, out: &mut Vec<u8>) {
         | OpResult::WatchesChanged
         | OpResult::Authenticated
         | OpResult::ClusterStatus(_) => {}
+        // Native-only answers: the ZooKeeper port never asks for them.
+        OpResult::AdminReport(_) | OpResult::BackupStarted(_) | OpResult::BackupChunk(_) => {}
     }
 }
 

@@ -106,7 +106,7 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
     frames: &mut Frames<S>,
     wire: Wire,
     queues: &mut Queues,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     session_id: SessionId,
     peer: SocketAddr,
     closer: &CancellationToken,

@@ -123,7 +123,11 @@ mod tests {
             encode_frame(&connect, usize::MAX, &mut frame).expect("encoded");
             // The tag, then the version (a varint: one byte under 128).
             assert_eq!(frame[4..6], [0, PROTOCOL_VERSION as u8]);
-            let read = if needs_more(&frame[..4]) { SNIFF_BYTES } else { 4 };
+            let read = if needs_more(&frame[..4]) {
+                SNIFF_BYTES
+            } else {
+                4
+            };
             assert_eq!(classify(&frame[..read]), Peer::Native);
         }
         assert_eq!(classify(&first(b"GET /metrics HTTP/1.1")), Peer::Http);

@@ -16,6 +16,8 @@ pub mod validate;
 
 use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, Op, OpResult, SessionId};
+use std::sync::Arc;
+
 use tokio::sync::oneshot;
 use tracing::{debug, info};
 
@@ -66,7 +68,7 @@ pub fn proposal(shared: &Shared, txn: Txn) -> Proposal {
 
 /// Preps request `xid` of `session_id`, which is attached to the asking
 /// connection.
-pub fn request(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> Prepped {
+pub fn request(shared: &Arc<Shared>, session_id: SessionId, xid: u64, op: Op) -> Prepped {
     if !shared
         .tracker
         .lock()
@@ -119,6 +121,10 @@ pub fn request(shared: &Shared, session_id: SessionId, xid: u64, op: Op) -> Prep
         },
         Op::AddMember { .. } | Op::RemoveMember { .. } => Prepped {
             then: change_member(shared, op),
+            last: false,
+        },
+        Op::Admin(command) => Prepped {
+            then: crate::admin::native::answer(shared, session_id, command),
             last: false,
         },
         op => Prepped {
