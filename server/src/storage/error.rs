@@ -200,10 +200,15 @@ fn corrupt_where(valid_record_at: Option<u64>) -> &'static str {
     }
 }
 
+/// How to start from a backup instead, in the words of every corruption
+/// message.
+const RESTORE_ADVICE: &str = "Start from a backup in a new directory (`arbord restore BACKUP \
+    --data-dir NEW_DIR`, with the file `arbor backup` wrote; see docs/operations.md)";
+
 fn truncate_advice(path: &Path, offset: u64, last_good_zxid: Zxid) -> String {
     format!(
-        "Restore the data directory from a backup; or, to start from the last good state, truncate {} to \
-         {offset} bytes and move any later segments aside ({})",
+        "{RESTORE_ADVICE}; or, to start from the last good state, truncate {} to {offset} bytes and move \
+         any later segments aside ({})",
         path.display(),
         writes_lost(last_good_zxid)
     )
@@ -211,8 +216,8 @@ fn truncate_advice(path: &Path, offset: u64, last_good_zxid: Zxid) -> String {
 
 fn move_aside_advice(path: &Path, last_good_zxid: Zxid) -> String {
     format!(
-        "Restore the data directory from a backup; or, to start from the last good state, move {} and every \
-         later segment aside ({})",
+        "{RESTORE_ADVICE}; or, to start from the last good state, move {} and every later segment aside \
+         ({})",
         path.display(),
         writes_lost(last_good_zxid)
     )

@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod recovery;
+pub mod restore;
 pub mod snapshot;
 pub mod snapshotter;
 pub mod txnlog;

@@ -53,7 +53,8 @@ pub enum RecoveryError {
     Snapshot(#[from] SnapshotError),
     #[error(
         "{found}, and no snapshot that verifies covers the writes before it{skipped}. \
-         Restore a snapshot from a backup into {snapshot_dir}, or restore the missing log segments into {log_dir}; \
+         Restore the missing log segments into {log_dir}, or start from a backup in a new directory \
+         (`arbord restore BACKUP --data-dir NEW_DIR`, from `arbor backup`; see docs/operations.md); \
          starting anyway would silently lose acknowledged writes"
     )]
     NoBase {

@@ -23,6 +23,8 @@ pub fn defaults() -> &'static Config {
 #[derive(Debug, Parser)]
 #[command(name = "arbord", version, about = "The Arbor coordination server")]
 pub struct Args {
+    #[command(subcommand)]
+    pub action: Option<Action>,
     /// Read settings from this TOML file: each key is a flag's name with `_`
     /// for `-` (`data_dir = "/var/lib/arbor"`, `tick_ms = 2000`); a flag on
     /// the command line wins over the file. See deploy/arbor.toml.
@@ -184,6 +186,22 @@ impl From<FsyncPolicy> for Fsync {
             FsyncPolicy::Never => Fsync::Never,
         }
     }
+}
+
+/// What arbord does instead of serving.
+#[derive(Debug, clap::Subcommand)]
+pub enum Action {
+    /// Make a data directory from a backup (the file `arbor backup` wrote):
+    /// checks every checksum of the backup, then writes it as the
+    /// directory's snapshot. The directory must be empty or missing; start
+    /// the server on it afterwards with `arbord --data-dir DIR`.
+    Restore {
+        /// The backup file.
+        backup: PathBuf,
+        /// The new data directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 /// How log lines are written.

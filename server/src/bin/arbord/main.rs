@@ -107,6 +107,9 @@ fn run(
     huge_pages: std::io::Result<()>,
 ) -> anyhow::Result<()> {
     let args = &settings.args;
+    if let Some(args::Action::Restore { backup, data_dir }) = &args.action {
+        return restore(backup, data_dir);
+    }
     if args.verify {
         return verify(&args.data_dir);
     }
@@ -214,6 +217,20 @@ fn verify(data_dir: &std::path::Path) -> anyhow::Result<()> {
     let report = arbor_server::storage::recovery::verify(data_dir)?;
     println!("{report}");
     println!("ok: arbord would start from {}", data_dir.display());
+    Ok(())
+}
+
+/// `arbord restore`: says what the new directory holds.
+fn restore(backup: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let restored = arbor_server::storage::restore::restore(backup, data_dir)?;
+    println!(
+        "restored {} nodes and {} sessions as of zxid {} into {}",
+        restored.nodes,
+        restored.sessions,
+        arbor_protocol::Hex(restored.zxid),
+        data_dir.display()
+    );
+    println!("start it with: arbord --data-dir {}", data_dir.display());
     Ok(())
 }
 
