@@ -66,6 +66,8 @@ pub enum ServerError {
     TlsWithoutCertificate,
     #[error("no listener: serve plain clients, TLS clients, or both")]
     NoListener,
+    #[error("the write-ahead log failed (its error is logged above); the server stopped rather than acknowledge writes it cannot make durable")]
+    LogFailed,
     #[error("i/o error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -444,6 +446,11 @@ async fn serve<L: Listener>(
     }
     info!(last_zxid = %Hex(shared.last_zxid()), "stopped");
     drop(lock);
+    if shared.stats.has_log_failed() {
+        // A failure, not a stop: a supervisor must see it (and may restart
+        // the server, whose recovery loses nothing acknowledged).
+        return Err(ServerError::LogFailed);
+    }
     Ok(())
 }
 

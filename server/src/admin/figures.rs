@@ -87,7 +87,11 @@ pub fn read(shared: &Shared) -> Figures {
         outstanding: stats.requests_outstanding(),
         outbound_bytes: shared.outbound_total.queued() as u64,
         uptime_seconds: stats.uptime().as_secs_f64(),
-        log: files_in(&layout.log_dir),
+        // A member's log is the replicated one (`raft/log`).
+        log: match shared.ensemble() {
+            Some(_) => files_in(&crate::cluster::bootstrap::raft_dir(&layout.data_dir).join("log")),
+            None => files_in(&layout.log_dir),
+        },
         snapshots,
         snapshot_age_seconds,
         last_snapshot: stats.last_snapshot(),
