@@ -111,6 +111,21 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
+/// A failure already reported where it happened (a line of a piped
+/// script, with its line number): the process only exits with its code.
+#[derive(Debug)]
+pub struct AlreadyReported {
+    pub exit_code: i32,
+}
+
+impl std::fmt::Display for AlreadyReported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "failed with exit code {}", self.exit_code)
+    }
+}
+
+impl std::error::Error for AlreadyReported {}
+
 /// The node a command worked on, attached to the errors that do not name
 /// one themselves (`NoAuth`, `InvalidAcl`), so their message can.
 #[derive(Debug)]
@@ -310,6 +325,9 @@ fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
 
 /// Reports `err` as `out` asks and ends the process with its exit code.
 pub fn exit_with(out: &Output, err: &anyhow::Error) -> ! {
+    if let Some(reported) = err.downcast_ref::<AlreadyReported>() {
+        std::process::exit(reported.exit_code);
+    }
     let failure = classify(err);
     if failure.exit_code == 0 {
         // stdout was closed by the reader (`arbor ls / | head`): not an error.

@@ -103,8 +103,9 @@ enum Command {
     #[command(flatten)]
     Node(commands::NodeCommand),
     /// An interactive prompt: the same commands, with history, completion of
-    /// commands and znode paths, and `cd`/`pwd`.
-    Shell,
+    /// commands and znode paths, and `cd`/`pwd`. Piped input runs as a
+    /// script, which stops at the first failing line with its exit code.
+    Shell(shell::ShellArgs),
     /// A full-screen browser of the tree, updated live.
     Browse,
     /// Print the client version (and the server's last zxid, if reachable).
@@ -230,7 +231,7 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
         Command::Version => return commands::version::run(global, out).await,
         Command::Digest(args) => return commands::acl::run_digest(args, out),
         Command::Cluster(command) => return commands::cluster::run(global, command, out).await,
-        Command::Shell => return shell::run(global, out).await,
+        Command::Shell(args) => return shell::run(global, args, out).await,
         Command::Browse => return browse::run(global).await,
         Command::Lock(args) => {
             let client = commands::connect(global).await?;

@@ -12,11 +12,12 @@ use std::time::Duration;
 use arbor_tests::TestServer;
 use common::Terminal;
 
-/// Starts `arbor [flags] --server <server> shell` with piped stdio.
+/// Starts `arbor --server <server> shell [flags]` with piped stdio (the
+/// global flags may come after `shell` too).
 fn spawn_shell(server: &TestServer, flags: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_arbor"))
-        .args(flags)
         .args(["--server", server.addr(), "shell"])
+        .args(flags)
         // Were a history file written, it would land here, not in $HOME.
         .env("ARBOR_HISTORY", "/nonexistent/arbor-shell-test-history")
         // Only what a test passes proves an id.
@@ -50,7 +51,7 @@ fn send(stdin: &mut ChildStdin, line: &str) {
     stdin.flush().expect("the line reaches the shell");
 }
 
-// Proves a piped script runs: cd/pwd, relative paths, quoting, errors that do not stop it, and exit.
+// Proves a piped script runs with --keep-going: cd/pwd, relative paths, quoting, errors (each naming its line) that do not stop it, exit, and the first failure's exit code at the end.
 #[test]
 fn script_with_cd_relative_paths_and_errors() {
     let server = TestServer::start();
@@ -82,10 +83,11 @@ create -s job-
 exit
 ls /
 ";
-    let output = shell(&server, &[], script);
+    let output = shell(&server, &["--keep-going"], script);
     let stdout = text(&output.stdout);
     let stderr = text(&output.stderr);
-    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    // The first failure is `get nope`: no node.
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
     // The relative sequential create is the last output: `ls /` after `exit` never ran.
     let (stdout, created) = stdout
         .trim_end()
@@ -108,14 +110,12 @@ ls /
     assert_eq!(
         errors,
         [
-            "arbor: no node (/app/nope)",
-            "arbor: no node (/missing)",
-            "arbor: unterminated ' quote",
+            "arbor: line 10: no node (/app/nope)",
+            "arbor: line 18: no node (/missing)",
+            "arbor: line 20: unterminated ' quote",
+            "arbor: line 21: unrecognized subcommand 'bogus'",
+            "arbor: line 22: the following required arguments were not provided:",
         ],
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("unrecognized subcommand 'bogus'"),
         "{stderr}"
     );
     assert!(
@@ -124,12 +124,59 @@ ls /
     );
 }
 
-// Proves with --json every answer, errors included, is one JSON document on stdout.
+// Proves a piped script stops at its first failing line with that line's exit code and number, running nothing after it; usage errors stop it too (2), and with --json the error document names the line.
+#[test]
+fn script_stops_at_the_first_failure() {
+    let server = TestServer::start();
+    let output = shell(&server, &[], "create /s1\n\nget /nope\ncreate /s2\n");
+    assert_eq!(output.status.code(), Some(4), "{output:?}");
+    assert_eq!(text(&output.stdout), "/s1\n");
+    assert_eq!(text(&output.stderr), "arbor: line 3: no node (/nope)\n");
+    assert_eq!(
+        root_children(&server),
+        ["s1"],
+        "nothing ran after the failure"
+    );
+
+    let output = shell(&server, &[], "create /s3\nbogus\ncreate /s4\n");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with("arbor: line 2: unrecognized subcommand 'bogus'"),
+        "{stderr}"
+    );
+    let output = shell(&server, &[], "create /s5 'open\ncreate /s6\n");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(
+        text(&output.stderr),
+        "arbor: line 1: unterminated ' quote\n"
+    );
+    assert_eq!(root_children(&server), ["s1", "s3"]);
+
+    let output = shell(&server, &["--json"], "create /s1\ncreate /s7\n");
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    let document: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("one JSON error document");
+    assert_eq!(document["error"]["code"], "NodeExists");
+    assert_eq!(document["error"]["line"], 1);
+    assert_eq!(root_children(&server), ["s1", "s3"]);
+
+    // A script that fails nowhere exits 0; so does one whose failure
+    // comes after its `exit`.
+    let output = shell(&server, &[], "create /s8\nexit\nget /nope\n");
+    assert!(output.status.success(), "{output:?}");
+}
+
+// Proves with --json every answer, errors included (with their line), is one JSON document on stdout.
 #[test]
 fn json_mode_prints_documents() {
     let server = TestServer::start();
-    let output = shell(&server, &["--json"], "create /a\ncd a\npwd\nget nope\nls\n");
-    assert!(output.status.success(), "{output:?}");
+    let output = shell(
+        &server,
+        &["--json", "--keep-going"],
+        "create /a\ncd a\npwd\nget nope\nls\n",
+    );
+    assert_eq!(output.status.code(), Some(4), "{output:?}");
     let documents: Vec<serde_json::Value> = text(&output.stdout)
         .lines()
         .map(|line| serde_json::from_str(line).expect("one JSON document per line"))
@@ -139,6 +186,7 @@ fn json_mode_prints_documents() {
     assert_eq!(documents[1]["path"], "/a");
     assert_eq!(documents[2]["path"], "/a");
     assert_eq!(documents[3]["error"]["code"], "NoNode");
+    assert_eq!(documents[3]["error"]["line"], 4);
     assert_eq!(documents[4]["path"], "/a");
     assert_eq!(documents[4]["children"], serde_json::json!([]));
 }
@@ -258,13 +306,14 @@ fn root_children(server: &TestServer) -> Vec<String> {
     text(&listed.stdout).lines().map(str::to_owned).collect()
 }
 
-// Proves several lines arriving in one read at a terminal (a paste, or keys typed while a command runs), and a bracketed paste of several lines, all run, in order.
+// Proves several lines arriving in one read at a terminal (a paste, or keys typed while a command runs), and a bracketed paste of several lines, all run, in order, a failing one included.
 #[test]
 fn pasted_lines_on_a_terminal_all_run() {
     let server = TestServer::start();
     let mut terminal = shell_on_terminal(&server);
     // One write: the line editor reads it all at once, past the first Enter.
-    terminal.type_in(b"create /p1\ncreate /p2 a\nset /p2 b\ncreate /p3\n");
+    // A failing line does not stop a terminal's shell.
+    terminal.type_in(b"create /p1\nget /nope\ncreate /p2 a\nset /p2 b\ncreate /p3\n");
     // A bracketed paste (as terminals send one) is one entry with newlines
     // in it, accepted by the Enter after it.
     terminal.type_in(b"\x1b[200~create /p4\rset /p4 c\r\x1b[201~\r");
@@ -277,6 +326,11 @@ fn pasted_lines_on_a_terminal_all_run() {
     terminal.type_in(b"exit\n");
     let status = terminal.wait();
     assert!(status.success(), "{status:?}: {}", terminal.screen());
+    assert!(
+        terminal.screen().contains("no node (/nope)"),
+        "{}",
+        terminal.screen()
+    );
     assert_eq!(root_children(&server), ["p1", "p2", "p3", "p4"]);
     assert_eq!(get(&server, "/p2"), "b\n", "the set ran after its create");
     assert_eq!(

@@ -5,8 +5,8 @@
 //! Design:
 //! * Each line is split shell-style ([`line::split`]) and parsed by clap
 //!   against [`ShellLine`], which flattens [`NodeCommand`] and adds the
-//!   built-ins. Usage errors and `--help` print clap's text and the loop goes
-//!   on; nothing in the shell exits the process.
+//!   built-ins. `--help` prints clap's text; a usage error is a failed line
+//!   (exit code 2). Nothing in the shell exits the process itself.
 //! * The read-only commands (`ls`, `tree`, `get`, `stat`, `sync`, `watch`,
 //!   `locks`, `getacl`) default their path to `.` (the working node), by
 //!   editing the clap parser at start-up; the writing commands (`setacl`
@@ -32,7 +32,10 @@
 //!   command and the shell goes on with the next line, piped or not; Ctrl-C
 //!   at the prompt clears the line; Ctrl-D (end of input) leaves with
 //!   status 0. A failed line is reported as `arbor` reports it (one line on
-//!   stderr, or the JSON error document) and the shell goes on.
+//!   stderr, or the JSON error document). At a terminal the shell goes on; a
+//!   piped script stops there with the line's exit code, its message naming
+//!   the line (`arbor: line 7: no node (/app/x)`), unless `--keep-going`,
+//!   which runs every line and exits with the first failure's code.
 //! * History is kept in memory (at most [`HISTORY_ENTRIES_MAX`] lines) and,
 //!   for interactive sessions only, loaded from and saved to `$ARBOR_HISTORY`
 //!   or `$HOME/.arbor_history`, best effort.
@@ -47,14 +50,14 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use arbor_client::{Client, Error as ClientError};
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rustyline::error::ReadlineError;
 use rustyline::history::DefaultHistory;
 use rustyline::{CompletionType, Config, Editor};
 use serde_json::json;
 
 use crate::commands::{self, NodeCommand};
-use crate::error::classify;
+use crate::error::{classify, AlreadyReported, Usage};
 use crate::output::Output;
 use crate::Global;
 
@@ -72,6 +75,16 @@ const HISTORY_FILE_NAME: &str = ".arbor_history";
 const CWD_DEFAULT_COMMANDS: [&str; 8] = [
     "ls", "tree", "get", "stat", "sync", "watch", "locks", "getacl",
 ];
+
+/// `arbor shell`'s own flags.
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    /// In a piped script, run every line even after one fails (and still
+    /// exit with the first failure's code); without it the script stops at
+    /// the first failing line. A terminal always goes on.
+    #[arg(long)]
+    keep_going: bool,
+}
 
 /// One line of the shell.
 #[derive(Debug, Parser)]
@@ -108,6 +121,9 @@ enum ShellCommand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
     Continue,
+    /// The line failed and was reported: a script stops here unless
+    /// `--keep-going`; a terminal goes on.
+    Failed,
     Exit,
 }
 
@@ -119,24 +135,29 @@ struct Shell<'a> {
     client: Client,
     /// The working node: absolute and normalised.
     cwd: String,
+    /// The number of the script line being run (from 1), for messages;
+    /// `None` at a terminal.
+    line_number: Option<u64>,
+    /// The exit code of the first line that failed.
+    first_failure: Option<i32>,
 }
 
-pub async fn run(global: &Global, out: &Output) -> anyhow::Result<()> {
+/// Runs the shell until its input ends or `exit`. A script with a failed
+/// line ends with [`AlreadyReported`] and that line's exit code.
+pub async fn run(global: &Global, args: ShellArgs, out: &Output) -> anyhow::Result<()> {
     let client = commands::connect(global).await?;
-    let mut shell = Shell {
-        global,
-        out,
-        parser: shell_parser(),
-        client,
-        cwd: "/".to_owned(),
-    };
+    let mut shell = Shell::new(global, out, client);
     let outcome = if std::io::stdin().is_terminal() {
         shell.run_interactive().await
     } else {
-        shell.run_piped().await
+        shell.run_piped(args.keep_going).await
     };
     shell.client.close().await.ok();
-    outcome
+    outcome?;
+    match shell.first_failure {
+        Some(exit_code) if shell.line_number.is_some() => Err(AlreadyReported { exit_code }.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Runs `work` until it ends or Ctrl-C, which ends it early with `None`.
@@ -190,7 +211,19 @@ fn history_path_from(explicit: Option<OsString>, home: Option<OsString>) -> Opti
         .map(|home| PathBuf::from(home).join(HISTORY_FILE_NAME))
 }
 
-impl Shell<'_> {
+impl<'a> Shell<'a> {
+    fn new(global: &'a Global, out: &'a Output, client: Client) -> Shell<'a> {
+        Shell {
+            global,
+            out,
+            parser: shell_parser(),
+            client,
+            cwd: "/".to_owned(),
+            line_number: None,
+            first_failure: None,
+        }
+    }
+
     /// Reads lines with the line editor until Ctrl-D, `exit` or a read error.
     async fn run_interactive(&mut self) -> anyhow::Result<()> {
         let config = Config::builder()
@@ -261,31 +294,37 @@ impl Shell<'_> {
         outcome
     }
 
-    /// Runs the lines of a piped script until its end or `exit`: no prompt,
-    /// no history, and lines read with a bound (the editor's own reader for
-    /// pipes has none).
-    async fn run_piped(&mut self) -> anyhow::Result<()> {
+    /// Runs the lines of a piped script until its end, `exit`, or (without
+    /// `keep_going`) the first failing line: no prompt, no history, and
+    /// lines read with a bound (the editor's own reader for pipes has none).
+    async fn run_piped(&mut self, keep_going: bool) -> anyhow::Result<()> {
+        let mut line_number = 0;
         loop {
             let read =
                 tokio::task::spawn_blocking(|| read_piped_line(&mut std::io::stdin().lock()))
                     .await
                     .context("reading input failed")?
                     .context("cannot read input")?;
+            line_number += 1;
+            self.line_number = Some(line_number);
             let flow = match read {
                 PipedLine::Eof => return Ok(()),
                 PipedLine::Line(line) => self.run_line(&line).await,
-                PipedLine::TooLong => self.report(&anyhow::anyhow!(
-                    "line longer than {LINE_BYTES_MAX} bytes, skipped"
-                )),
-                PipedLine::NotUtf8 => self.report(&anyhow::anyhow!("line is not UTF-8, skipped")),
+                PipedLine::TooLong => {
+                    self.report(&anyhow::anyhow!("longer than {LINE_BYTES_MAX} bytes"))
+                }
+                PipedLine::NotUtf8 => self.report(&anyhow::anyhow!("not UTF-8")),
             };
-            if flow == Flow::Exit {
-                return Ok(());
+            match flow {
+                Flow::Exit => return Ok(()),
+                Flow::Failed if !keep_going => return Ok(()),
+                Flow::Continue | Flow::Failed => {}
             }
         }
     }
 
-    /// Runs one line; failures are reported and the shell goes on.
+    /// Runs one line; a failure is reported, and [`Flow::Failed`] tells the
+    /// loop.
     async fn run_line(&mut self, line: &str) -> Flow {
         if line.len() > LINE_BYTES_MAX {
             return self.report(&anyhow::anyhow!(
@@ -299,7 +338,12 @@ impl Shell<'_> {
         }
         let words = match split(line) {
             Ok(words) => words,
-            Err(err) => return self.report(&anyhow::Error::new(err)),
+            Err(err) => {
+                let usage = Usage {
+                    message: err.to_string(),
+                };
+                return self.report(&usage.into());
+            }
         };
         if words.is_empty() {
             return Flow::Continue;
@@ -324,6 +368,20 @@ impl Shell<'_> {
         match result {
             Ok(()) => Flow::Continue,
             Err(err) => self.report(&err),
+        }
+    }
+
+    /// Notes a failed line's exit code (the first one is the script's).
+    fn failed(&mut self, exit_code: i32) -> Flow {
+        self.first_failure.get_or_insert(exit_code);
+        Flow::Failed
+    }
+
+    /// `message` with the script line it is about, if any.
+    fn on_line(&self, message: &str) -> String {
+        match self.line_number {
+            Some(number) => format!("line {number}: {message}"),
+            None => message.to_owned(),
         }
     }
 
@@ -368,9 +426,10 @@ impl Shell<'_> {
         Ok(())
     }
 
-    /// Prints clap's message: help to stdout, usage errors to stderr (or as
-    /// a JSON error document with --json).
-    fn usage(&self, err: &clap::Error) -> Flow {
+    /// Prints clap's message: help to stdout; usage errors (failures, exit
+    /// code 2) to stderr, naming the script line, or as a JSON error
+    /// document with --json.
+    fn usage(&mut self, err: &clap::Error) -> Flow {
         use clap::error::ErrorKind;
         let is_help = matches!(
             err.kind(),
@@ -378,37 +437,59 @@ impl Shell<'_> {
                 | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
                 | ErrorKind::DisplayVersion
         );
-        if self.out.is_json() && !is_help {
-            let message = err.render().to_string();
-            let document = json!({"error": {"code": "Usage", "message": message.trim_end()}});
-            return self.printed(self.out.print_json_line(&document));
+        if is_help {
+            // A closed stdout is noticed by the next command.
+            err.print().ok();
+            return Flow::Continue;
         }
-        // A closed stdout or stderr is noticed by the next command.
-        err.print().ok();
-        Flow::Continue
+        let exit_code = crate::error::exit_code::USAGE;
+        if self.out.is_json() {
+            let message = err.render().to_string();
+            let document = self.error_document("Usage", message.trim_end());
+            return self.printed(self.out.print_json_line(&document), exit_code);
+        }
+        if self.line_number.is_some() {
+            // clap's text (with its tips and usage), after the line's number.
+            let message = err.render().to_string();
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            self.warn(&self.on_line(message.trim_end()));
+        } else {
+            err.print().ok();
+        }
+        self.failed(exit_code)
     }
 
     /// Reports a failed line as `arbor` does (one line on stderr, or the
-    /// JSON error document), without exiting.
-    fn report(&self, err: &anyhow::Error) -> Flow {
+    /// JSON error document), with its script line, without exiting.
+    fn report(&mut self, err: &anyhow::Error) -> Flow {
         let failure = classify(err);
         if failure.exit_code == 0 {
             // stdout was closed by its reader: nobody is listening any more.
             return Flow::Exit;
         }
         if self.out.is_json() {
-            let document = json!({"error": {"code": failure.code, "message": failure.message}});
-            return self.printed(self.out.print_json_line(&document));
+            let document = self.error_document(&failure.code, &failure.message);
+            return self.printed(self.out.print_json_line(&document), failure.exit_code);
         }
-        self.warn(&failure.message);
-        Flow::Continue
+        self.warn(&self.on_line(&failure.message));
+        self.failed(failure.exit_code)
     }
 
-    /// Ends the shell if stdout is gone.
-    fn printed(&self, result: std::io::Result<()>) -> Flow {
+    /// `{"error": {"code", "message"}}`, with `"line"` in a script.
+    fn error_document(&self, code: &str, message: &str) -> serde_json::Value {
+        let mut error = json!({"code": code, "message": message});
+        if let Some(number) = self.line_number {
+            error["line"] = json!(number);
+        }
+        json!({ "error": error })
+    }
+
+    /// After printing a failure's JSON document: ends the shell if stdout
+    /// is gone, else notes the failure.
+    fn printed(&mut self, result: std::io::Result<()>, exit_code: i32) -> Flow {
         match result {
             Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Flow::Exit,
-            _ => Flow::Continue,
+            _ => self.failed(exit_code),
         }
     }
 
@@ -495,16 +576,11 @@ mod tests {
             .create("/a", Vec::new(), arbor_client::CreateMode::Persistent)
             .await
             .expect("node created");
-        let mut shell = Shell {
-            global: &global,
-            out: &out,
-            parser: shell_parser(),
-            client: client.clone(),
-            cwd: "/".to_owned(),
-        };
+        let mut shell = Shell::new(&global, &out, client.clone());
         assert_eq!(shell.run_line("cd a").await, Flow::Continue);
         assert_eq!(shell.cwd, "/a");
-        assert_eq!(shell.run_line("cd /nope").await, Flow::Continue);
+        assert_eq!(shell.run_line("cd /nope").await, Flow::Failed);
+        assert_eq!(shell.first_failure, Some(crate::error::exit_code::NO_NODE));
         assert_eq!(shell.cwd, "/a");
         assert_eq!(shell.run_line("cd ../a/./").await, Flow::Continue);
         assert_eq!(shell.cwd, "/a");
