@@ -234,6 +234,16 @@ pub async fn serve<S>(
             debug!(session_id = %Hex(session_id), connection_id, %peer, "connection ended");
         }
         Err(Some(message)) => {
+            if let ServerMessage::Closing { code, message } = &message {
+                // A peer that breaks the handshake is worth one line; a
+                // refused resume or a shutdown is routine.
+                if matches!(code, ErrorCode::BadRequest | ErrorCode::TooLarge) {
+                    info!(%peer, ?code, reason = %message, "bad handshake; closing the connection");
+                    shared.stats.protocol_error();
+                } else {
+                    debug!(%peer, ?code, reason = %message, "handshake refused");
+                }
+            }
             let _ = outbound.send(Box::new(message)).await;
         }
         Err(None) => {}
