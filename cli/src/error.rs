@@ -111,6 +111,26 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
+/// A create failed with `NoNode` because `parent` (an ancestor of `path`)
+/// does not exist.
+#[derive(Debug)]
+pub struct MissingParent {
+    pub parent: String,
+    pub path: String,
+}
+
+impl std::fmt::Display for MissingParent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no node: parent {} does not exist ({})",
+            self.parent, self.path
+        )
+    }
+}
+
+impl std::error::Error for MissingParent {}
+
 /// A failure already reported where it happened (a line of a piped
 /// script, with its line number): the process only exits with its code.
 #[derive(Debug)]
@@ -204,6 +224,13 @@ pub fn classify(err: &anyhow::Error) -> Failure {
             code: "Unreachable".to_owned(),
             message: format!("cannot reach server at {}{cause}", unreachable.server),
             exit_code: exit_code::UNREACHABLE,
+        };
+    }
+    if let Some(missing) = err.downcast_ref::<MissingParent>() {
+        return Failure {
+            code: "NoNode".to_owned(),
+            message: missing.to_string(),
+            exit_code: exit_code::NO_NODE,
         };
     }
     if let Some(client_error) = client_error_in(err) {

@@ -181,6 +181,43 @@ fn set_without_data_is_refused_and_empty_data_is_explicit() {
     assert_eq!(stdout(&arbor(&server, &["get", "/keep"])), "");
 }
 
+// Proves `create -p` makes missing parents as persistent empty nodes, is fine with parents that exist, and still fails on an existing node; and that without -p the error names the highest missing parent (exit 4).
+#[test]
+fn create_with_parents_and_missing_parent_errors() {
+    let server = TestServer::start();
+    let refused = arbor(&server, &["create", "/a/b/c", "x"]);
+    assert_eq!(refused.status.code(), Some(4), "{refused:?}");
+    assert_eq!(
+        stderr(&refused),
+        "arbor: no node: parent /a does not exist (/a/b/c)\n"
+    );
+    assert_ok(&arbor(&server, &["create", "/a"]));
+    let refused = arbor(&server, &["--json", "create", "/a/b/c", "x"]);
+    assert_eq!(refused.status.code(), Some(4), "{refused:?}");
+    let document: Value = serde_json::from_slice(&refused.stdout).expect("a JSON error");
+    assert_eq!(document["error"]["code"], "NoNode");
+    assert_eq!(
+        document["error"]["message"],
+        "no node: parent /a/b does not exist (/a/b/c)"
+    );
+
+    let created = arbor(&server, &["create", "-p", "/a/b/c", "x"]);
+    assert_eq!(stdout(&created), "/a/b/c\n", "{}", stderr(&created));
+    assert_eq!(stdout(&arbor(&server, &["get", "/a/b/c"])), "x\n");
+    let parent = arbor_json(&server, &["get", "/a/b"]);
+    assert_eq!(parent["data"], "");
+    assert_eq!(parent["stat"]["ephemeral_owner"], "0x0");
+    // Parents that exist are fine; the node itself must not.
+    assert_ok(&arbor(&server, &["create", "-p", "/a/b/d"]));
+    assert_eq!(
+        arbor(&server, &["create", "-p", "/a/b/c"]).status.code(),
+        Some(5)
+    );
+    let sequential = arbor_json(&server, &["create", "-p", "-s", "/q/jobs/job-"]);
+    assert_eq!(sequential["path"], "/q/jobs/job-0000000000");
+    assert_eq!(stdout(&arbor(&server, &["ls", "/a/b"])), "c\nd\n");
+}
+
 // Proves `delete -r /` is refused as a usage error and deletes nothing.
 #[test]
 fn recursive_delete_of_the_root_is_refused() {

@@ -1,18 +1,22 @@
-//! Commands that change the tree: `create [--acl ACL]`, `set`, `delete [-r]`,
-//! and `sync`.
+//! Commands that change the tree: `create [-p] [--acl ACL]`, `set`,
+//! `delete [-r]`, and `sync`.
+//!
+//! A `create` whose parent is missing says which ancestor is: the server
+//! only answers `NoNode`, so the ancestors are looked up afterwards, on the
+//! failure path only.
 
 use std::io::Read;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use arbor_client::{Client, CreateMode, Error as ClientError};
+use arbor_client::{Acl, Client, CreateMode, Error as ClientError};
 use clap::Args;
 use serde_json::json;
 
 use super::acl::AclList;
 use super::child_path;
 use crate::duration;
-use crate::error::Usage;
+use crate::error::{self, MissingParent, Usage};
 use crate::output::{self, Output};
 
 /// The most nodes one `delete -r` removes.
@@ -36,6 +40,10 @@ pub struct CreateArgs {
     /// `world:anyone:cdrwa` when left out.
     #[arg(long, value_parser = AclList::parse)]
     acl: Option<AclList>,
+    /// Create missing parents first, as persistent empty nodes with the
+    /// default ACL; parents that exist (or appear meanwhile) are fine.
+    #[arg(short = 'p', long)]
+    parents: bool,
     /// The node to create.
     pub(crate) path: String,
     /// The data, or `-` to read it from stdin; empty when left out.
@@ -75,12 +83,81 @@ pub struct SyncArgs {
 pub async fn run_create(client: &Client, args: CreateArgs, out: &Output) -> anyhow::Result<()> {
     let mode = create_mode(&args)?;
     let data = read_data(args.data.as_deref())?;
-    let created = match args.acl {
-        Some(AclList(acl)) => client.create_with_acl(&args.path, data, mode, acl).await?.0,
-        None => client.create(&args.path, data, mode).await?,
+    let acl = args.acl.map(|AclList(acl)| acl);
+    let created = match create_node(client, &args.path, &data, mode, &acl).await {
+        Err(ClientError::NoNode { .. }) if args.parents => {
+            create_parents(client, &args.path).await?;
+            create_node(client, &args.path, &data, mode, &acl).await?
+        }
+        Err(err @ ClientError::NoNode { .. }) => {
+            return Err(with_missing_parent(client, &args.path, err).await)
+        }
+        created => created?,
     };
     out.print(&json!({"path": created}), &created)?;
     Ok(())
+}
+
+/// One create of `path`, with `acl` if given (else the default ACL).
+async fn create_node(
+    client: &Client,
+    path: &str,
+    data: &[u8],
+    mode: CreateMode,
+    acl: &Option<Vec<Acl>>,
+) -> Result<String, ClientError> {
+    match acl {
+        Some(acl) => Ok(client
+            .create_with_acl(path, data.to_vec(), mode, acl.clone())
+            .await?
+            .0),
+        None => client.create(path, data.to_vec(), mode).await,
+    }
+}
+
+/// The ancestors of `path`, root first, without `/` and `path` itself:
+/// `/a/b/c` has `/a` and `/a/b`.
+fn ancestors(path: &str) -> Vec<&str> {
+    path.match_indices('/')
+        .map(|(at, _)| &path[..at])
+        .filter(|ancestor| !ancestor.is_empty())
+        .collect()
+}
+
+/// Creates every ancestor of `path` that is missing, root first, as a
+/// persistent empty node; one that exists already (or is made meanwhile by
+/// someone else) is fine.
+async fn create_parents(client: &Client, path: &str) -> anyhow::Result<()> {
+    for ancestor in ancestors(path) {
+        match client
+            .create(ancestor, Vec::new(), CreateMode::Persistent)
+            .await
+        {
+            Ok(_) | Err(ClientError::NodeExists { .. }) => {}
+            // A refusal is about the ancestor, not the node asked for.
+            Err(err) => return Err(error::at_path(err.into(), ancestor)),
+        }
+    }
+    Ok(())
+}
+
+/// `err` (a `NoNode` from creating `path`) with the highest missing
+/// ancestor named, if one is missing still; else `err` as it was (the
+/// parent appeared meanwhile, or could not be checked).
+async fn with_missing_parent(client: &Client, path: &str, err: ClientError) -> anyhow::Error {
+    for ancestor in ancestors(path) {
+        match client.exists(ancestor).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return anyhow::Error::new(err).context(MissingParent {
+                    parent: ancestor.to_owned(),
+                    path: path.to_owned(),
+                })
+            }
+            Err(_) => break,
+        }
+    }
+    err.into()
 }
 
 fn create_mode(args: &CreateArgs) -> anyhow::Result<CreateMode> {
@@ -188,5 +265,19 @@ fn read_data(argument: Option<&str>) -> anyhow::Result<Vec<u8>> {
             Ok(data)
         }
         Some(text) => Ok(text.as_bytes().to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ancestors;
+
+    // Proves the ancestors of a path are listed root first, without the root and the path itself.
+    #[test]
+    fn ancestors_root_first() {
+        assert_eq!(ancestors("/a/b/c"), ["/a", "/a/b"]);
+        assert!(ancestors("/a").is_empty());
+        assert!(ancestors("/").is_empty());
+        assert_eq!(ancestors("/jobs/job-"), ["/jobs"]);
     }
 }
