@@ -2,6 +2,8 @@
 //! or, with `--json`, `{"error": {"code", "message"}}` on stdout; and which
 //! documented exit code it ends the process with.
 
+use arbor_client::recipes::inspect::InspectError;
+use arbor_client::recipes::LockError;
 use arbor_client::Error as ClientError;
 use serde_json::json;
 
@@ -259,7 +261,11 @@ fn classify_client(client_error: &ClientError, whole: &anyhow::Error) -> Failure
         ClientError::BadVersion { .. } => exit_code::BAD_VERSION,
         ClientError::NotEmpty { .. } => exit_code::NOT_EMPTY,
         ClientError::InvalidPath { .. } => exit_code::INVALID_PATH,
-        ClientError::Connect { .. } => exit_code::UNREACHABLE,
+        // Lost after connecting, or no answer in time: unreachable too, so
+        // a script can tell "try again" from "wrong".
+        ClientError::Connect { .. } | ClientError::ConnectionLoss | ClientError::Timeout => {
+            exit_code::UNREACHABLE
+        }
         ClientError::NoAuth => exit_code::NOT_AUTHORIZED,
         ClientError::AuthFailed => exit_code::AUTH_FAILED,
         ClientError::InvalidAcl => exit_code::INVALID_ACL,
@@ -304,10 +310,23 @@ fn classify_client(client_error: &ClientError, whole: &anyhow::Error) -> Failure
 const INVALID_ACL_HINT: &str =
     "an unknown scheme, a malformed id, or `auth:` in a session without --auth";
 
-/// The client error that caused `err`, if any.
+/// The client error that caused `err`, if any. The recipes' errors wrap
+/// theirs `transparent`ly, which hides it from the chain (their `source` is
+/// its source), so they are looked into by name.
 fn client_error_in(err: &anyhow::Error) -> Option<&ClientError> {
-    err.downcast_ref::<ClientError>()
-        .or_else(|| err.chain().find_map(|e| e.downcast_ref::<ClientError>()))
+    err.downcast_ref::<ClientError>().or_else(|| {
+        err.chain().find_map(|e| {
+            e.downcast_ref::<ClientError>()
+                .or(match e.downcast_ref::<LockError>() {
+                    Some(LockError::Client(inner)) => Some(inner),
+                    _ => None,
+                })
+                .or(match e.downcast_ref::<InspectError>() {
+                    Some(InspectError::Client(inner)) => Some(inner),
+                    _ => None,
+                })
+        })
+    })
 }
 
 /// The path a node error is about, if it has a non-empty one.
@@ -435,6 +454,22 @@ mod tests {
             "/other",
         );
         assert_eq!(classify(&no_node).message, "no node (/c)");
+    }
+
+    // Proves client errors wrapped by the recipes' errors are classified as the client error itself.
+    #[test]
+    fn recipe_errors_show_their_client_error() {
+        let no_node = || ClientError::NoNode {
+            path: "/missing".to_owned(),
+        };
+        let inspect = anyhow::Error::new(InspectError::Client(no_node()));
+        let failure = classify(&inspect);
+        assert_eq!(failure.exit_code, exit_code::NO_NODE);
+        assert_eq!(failure.message, "no node (/missing)");
+        let lock = anyhow::Error::new(LockError::Client(ClientError::NoAuth)).context("/l");
+        assert_eq!(classify(&lock).exit_code, exit_code::NOT_AUTHORIZED);
+        let lost = anyhow::Error::new(LockError::Client(ClientError::ConnectionLoss));
+        assert_eq!(classify(&lost).exit_code, exit_code::UNREACHABLE);
     }
 
     // Proves an unreachable server exits with 3 and names the address tried.

@@ -269,6 +269,56 @@ fn errors_have_documented_exit_codes() {
     assert_eq!(arbor(&server, &["ls"]).status.code(), Some(2));
 }
 
+// Proves the exit codes the audit fixed: `locks` of a missing or invalid path (4, 8: the
+// client error inside the recipe's error was not seen), `lock` of an invalid path (8), a
+// malformed `cluster add` member (2), and a server lost after connecting (3).
+#[test]
+fn audited_exit_codes() {
+    let server = TestServer::start();
+    let missing = arbor(&server, &["locks", "/missing"]);
+    assert_eq!(missing.status.code(), Some(4), "{missing:?}");
+    assert_eq!(stderr(&missing), "arbor: no node (/missing)\n");
+    let json = arbor(&server, &["--json", "locks", "/missing"]);
+    let document: Value = serde_json::from_slice(&json.stdout).expect("a JSON error");
+    assert_eq!(document["error"]["code"], "NoNode");
+    assert_eq!(arbor(&server, &["locks", "/a//b"]).status.code(), Some(8));
+
+    let invalid = arbor(&server, &["lock", "/a//b", "--", "true"]);
+    assert_eq!(invalid.status.code(), Some(8), "{invalid:?}");
+    assert!(
+        stderr(&invalid).starts_with("arbor: invalid path"),
+        "{invalid:?}"
+    );
+
+    let malformed = arbor(&server, &["cluster", "add", "bogus"]);
+    assert_eq!(malformed.status.code(), Some(2), "{malformed:?}");
+    assert!(stderr(&malformed).contains("ID=CLIENT_ADDR/PEER_ADDR"));
+
+    // The shell connects, then the server stops answering: the next
+    // line's request times out, and the script stops with 3.
+    let mut shell = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.addr(), "--timeout", "1s", "shell"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the arbor binary runs");
+    let mut input = shell.stdin.take().expect("stdin is piped");
+    let mut output = BufReader::new(shell.stdout.take().expect("stdout is piped"));
+    input
+        .write_all(b"create /before\n")
+        .expect("the shell reads");
+    let mut line = String::new();
+    output.read_line(&mut line).expect("the shell answers");
+    assert_eq!(line, "/before\n");
+    server.pause();
+    input.write_all(b"get /before\n").expect("the shell reads");
+    drop(input);
+    let status = shell.wait().expect("the shell ends");
+    server.unpause();
+    assert_eq!(status.code(), Some(3), "a lost server is unreachable");
+}
+
 // Proves an unreachable server exits with 3 and names the address it tried.
 #[test]
 fn unreachable_server_exits_3() {
@@ -606,13 +656,13 @@ fn version_with_and_without_a_server() {
     assert!(shown["server_last_zxid"].is_null(), "{shown}");
 }
 
-// Proves `browse` refuses to run without a terminal, and in a real terminal draws the tree and quits on `q`.
+// Proves `browse` refuses to run without a terminal (a usage error), and in a real terminal draws the tree and quits on `q`.
 #[test]
 fn browse_needs_a_terminal_and_quits_on_q() {
     let server = TestServer::start();
     arbor_json(&server, &["create", "/visible-node"]);
     let piped = arbor(&server, &["browse"]);
-    assert_eq!(piped.status.code(), Some(1));
+    assert_eq!(piped.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&piped.stderr).contains("needs a terminal"),
         "{piped:?}"

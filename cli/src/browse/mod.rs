@@ -49,7 +49,11 @@ const MESSAGES_PER_DRAW_MAX: usize = 64;
 /// Runs the browser until the user quits.
 pub async fn run(global: &Global) -> anyhow::Result<()> {
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        anyhow::bail!("arbor browse needs a terminal (use `arbor ls` or `arbor tree` in scripts)");
+        return Err(crate::error::Usage {
+            message: "arbor browse needs a terminal (use `arbor ls` or `arbor tree` in scripts)"
+                .to_owned(),
+        }
+        .into());
     }
     // Connect first, so a connection error is printed on the normal screen.
     let client = crate::commands::connect(global).await?;

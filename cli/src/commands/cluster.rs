@@ -7,6 +7,7 @@ use arbor_client::{Client, ClientOptions, ClusterStatus, MemberStatus};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
+use crate::error::Usage;
 use crate::output::{table, Output};
 use crate::Global;
 
@@ -54,10 +55,14 @@ fn parse_member(text: &str) -> anyhow::Result<(u64, (String, String))> {
         let id = id.trim().parse::<u64>().ok().filter(|id| *id != 0)?;
         (!client.is_empty() && !peer.is_empty()).then(|| (id, (client.to_owned(), peer.to_owned())))
     });
+    // The argument is checked here, not by clap: a usage error all the same.
     parsed.ok_or_else(|| {
-        anyhow::anyhow!(
-            "{text:?} is not ID=CLIENT_ADDR/PEER_ADDR (e.g. 4=127.0.0.1:7581/127.0.0.1:7591)"
-        )
+        Usage {
+            message: format!(
+                "{text:?} is not ID=CLIENT_ADDR/PEER_ADDR (e.g. 4=127.0.0.1:7581/127.0.0.1:7591)"
+            ),
+        }
+        .into()
     })
 }
 

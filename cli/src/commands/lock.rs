@@ -14,7 +14,7 @@ use arbor_client::Client;
 use clap::Args;
 
 use crate::duration;
-use crate::error::{LockLost, LockNotTaken};
+use crate::error::{self, LockLost, LockNotTaken};
 
 #[derive(Debug, Args)]
 pub struct LockArgs {
@@ -44,7 +44,7 @@ pub async fn run(client: &Client, args: LockArgs) -> anyhow::Result<i32> {
             }
             .into())
         }
-        Err(err) => return Err(anyhow::Error::new(err).context(args.path)),
+        Err(err) => return Err(error::at_path(anyhow::Error::new(err), &args.path)),
     };
     let (program, rest) = args
         .command
