@@ -13,6 +13,7 @@ mod data;
 mod duration;
 mod error;
 mod output;
+mod progress;
 mod shell;
 
 use std::path::PathBuf;

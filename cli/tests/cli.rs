@@ -1,5 +1,7 @@
 //! End-to-end tests of the `arbor` binary against a real `arbord`.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -216,6 +218,107 @@ fn create_with_parents_and_missing_parent_errors() {
     let sequential = arbor_json(&server, &["create", "-p", "-s", "/q/jobs/job-"]);
     assert_eq!(sequential["path"], "/q/jobs/job-0000000000");
     assert_eq!(stdout(&arbor(&server, &["ls", "/a/b"])), "c\nd\n");
+}
+
+/// Creates `count` children under `parent` (made too) in one `arbor shell`.
+fn create_children(server: &TestServer, parent: &str, count: usize) {
+    let script: String = (0..count)
+        .map(|n| format!("create -p {parent}/n{n}\n"))
+        .collect();
+    let created = arbor_with_stdin(server, &["shell"], script.as_bytes());
+    assert_ok(&created);
+}
+
+/// How many children `path` has, by `arbor stat` (`None` if it is gone).
+fn children_of(server: &TestServer, path: &str) -> Option<u64> {
+    let stat = arbor(server, &["--json", "stat", path]);
+    if stat.status.code() == Some(4) {
+        return None;
+    }
+    let document: Value = serde_json::from_slice(&stat.stdout).expect("stat prints JSON");
+    document["stat"]["num_children"].as_u64()
+}
+
+// Proves a piped `delete -r` of more than DELETE_WITHOUT_ASKING_MAX nodes is refused without --yes (exit 2, saying to pass it) before deleting anything, and deletes them all with --yes or -y, stdout kept clean.
+#[test]
+fn large_recursive_delete_needs_yes_without_a_terminal() {
+    let server = TestServer::start();
+    create_children(&server, "/big", 30);
+    let refused = arbor(&server, &["delete", "-r", "/big"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("31 nodes under /big"),
+        "{refused:?}"
+    );
+    assert!(stderr(&refused).contains("pass --yes"), "{refused:?}");
+    assert_eq!(children_of(&server, "/big"), Some(30), "nothing deleted");
+
+    let deleted = arbor(&server, &["delete", "-r", "--yes", "/big"]);
+    assert_ok(&deleted);
+    assert!(deleted.stdout.is_empty(), "{deleted:?}");
+    assert_eq!(children_of(&server, "/big"), None, "all deleted");
+
+    create_children(&server, "/big", 30);
+    let json = arbor_json(&server, &["delete", "-ry", "/big"]);
+    assert_eq!(json, serde_json::json!({"path": "/big", "deleted": 31}));
+    assert_eq!(children_of(&server, "/big"), None);
+
+    // A handful goes without asking.
+    create_children(&server, "/small", 5);
+    assert_ok(&arbor(&server, &["delete", "-r", "/small"]));
+    assert_eq!(children_of(&server, "/small"), None);
+}
+
+// Proves a large `delete -r` shows its progress on stderr only, ending with how many nodes went.
+#[test]
+fn large_recursive_delete_reports_progress_on_stderr() {
+    let server = TestServer::start();
+    create_children(&server, "/wide", 250);
+    let deleted = arbor(&server, &["delete", "-r", "--yes", "/wide"]);
+    assert_ok(&deleted);
+    assert!(deleted.stdout.is_empty(), "{deleted:?}");
+    let progress = stderr(&deleted);
+    let lines: Vec<&str> = progress.lines().collect();
+    assert_eq!(
+        lines.last(),
+        Some(&"arbor: deleted 251 nodes under /wide"),
+        "{progress}"
+    );
+    // Without a terminal, no line is rewritten in place.
+    assert!(!progress.contains('\r'), "{progress:?}");
+    assert_eq!(children_of(&server, "/wide"), None);
+}
+
+// Proves on a terminal a large `delete -r` asks first: no (or just Enter) deletes nothing, y deletes the subtree.
+#[test]
+fn large_recursive_delete_asks_on_a_terminal() {
+    let server = TestServer::start();
+    create_children(&server, "/app", 25);
+    let delete = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_arbor"));
+        command.args(["--server", server.addr(), "delete", "-r", "/app"]);
+        command.env_remove("ARBOR_AUTH");
+        common::Terminal::spawn(&mut command)
+    };
+    for answer in [&b"n\n"[..], b"\n"] {
+        let mut terminal = delete();
+        terminal.wait_for("delete 26 nodes under /app? [y/N] ", 1);
+        terminal.type_in(answer);
+        let status = terminal.wait();
+        assert_eq!(status.code(), Some(1), "{}", terminal.screen());
+        assert!(
+            terminal.screen().contains("nothing deleted"),
+            "{}",
+            terminal.screen()
+        );
+        assert_eq!(children_of(&server, "/app"), Some(25), "nothing deleted");
+    }
+    let mut terminal = delete();
+    terminal.wait_for("[y/N] ", 1);
+    terminal.type_in(b"y\n");
+    let status = terminal.wait();
+    assert!(status.success(), "{status:?}: {}", terminal.screen());
+    assert_eq!(children_of(&server, "/app"), None, "all deleted");
 }
 
 // Proves `delete -r /` is refused as a usage error and deletes nothing.

@@ -4,6 +4,7 @@
 
 pub mod acl;
 pub mod cluster;
+pub mod delete;
 pub mod get;
 pub mod lock;
 pub mod locks;
@@ -38,7 +39,7 @@ pub enum NodeCommand {
     /// Replace a node's data.
     Set(write::SetArgs),
     /// Delete a node (or, with -r, a subtree).
-    Delete(write::DeleteArgs),
+    Delete(delete::DeleteArgs),
     /// Wait until the server is up to date with the leader for a path.
     Sync(write::SyncArgs),
     /// Print changes at a path until interrupted.
@@ -76,7 +77,7 @@ impl NodeCommand {
             NodeCommand::Stat(args) => get::run_stat(client, args, out).await,
             NodeCommand::Create(args) => write::run_create(client, args, out).await,
             NodeCommand::Set(args) => write::run_set(client, args, out).await,
-            NodeCommand::Delete(args) => write::run_delete(client, args, out).await,
+            NodeCommand::Delete(args) => delete::run(client, args, out).await,
             NodeCommand::Sync(args) => write::run_sync(client, args, out).await,
             NodeCommand::Watch(args) => watch::run(client, args, out).await,
             NodeCommand::Locks(args) => locks::run(client, args, out).await,

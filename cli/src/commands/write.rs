@@ -1,5 +1,5 @@
-//! Commands that change the tree: `create [-p] [--acl ACL]`, `set`,
-//! `delete [-r]`, and `sync`.
+//! Commands that change the tree: `create [-p] [--acl ACL]`, `set`, and
+//! `sync` (`delete` has a module of its own).
 //!
 //! A `create` whose parent is missing says which ancestor is: the server
 //! only answers `NoNode`, so the ancestors are looked up afterwards, on the
@@ -8,19 +8,15 @@
 use std::io::Read;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use arbor_client::{Acl, Client, CreateMode, Error as ClientError};
 use clap::Args;
 use serde_json::json;
 
 use super::acl::AclList;
-use super::child_path;
 use crate::duration;
-use crate::error::{self, MissingParent, Usage};
+use crate::error::{self, MissingParent};
 use crate::output::{self, Output};
-
-/// The most nodes one `delete -r` removes.
-pub const DELETE_NODES_MAX: usize = 100_000;
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
@@ -60,18 +56,6 @@ pub struct SetArgs {
     /// The new data, `-` to read it from stdin, or `''` to empty the node.
     /// Required: a forgotten argument must not wipe the node.
     data: String,
-}
-
-#[derive(Debug, Args)]
-pub struct DeleteArgs {
-    /// Delete the whole subtree, children first.
-    #[arg(short = 'r', long)]
-    recursive: bool,
-    /// Only if the node's version is this one (checked on PATH itself).
-    #[arg(short = 'v', long)]
-    version: Option<i32>,
-    /// The node to delete.
-    pub(crate) path: String,
 }
 
 #[derive(Debug, Args)]
@@ -182,67 +166,6 @@ pub async fn run_set(client: &Client, args: SetArgs, out: &Output) -> anyhow::Re
     let stat = client.set_data(&args.path, data, args.version).await?;
     let document = json!({"path": args.path, "stat": output::stat_json(&stat)});
     out.print(&document, &stat.version.to_string())?;
-    Ok(())
-}
-
-pub async fn run_delete(client: &Client, args: DeleteArgs, out: &Output) -> anyhow::Result<()> {
-    if args.recursive && args.path == "/" {
-        // The root itself cannot go; deleting everything under it is too
-        // large a thing to do by one slip of a path.
-        return Err(Usage {
-            message: "refusing to delete -r / (every node on the server); delete its children \
-                      one by one"
-                .to_owned(),
-        }
-        .into());
-    }
-    if args.recursive {
-        delete_subtree(client, &args.path, args.version).await?;
-    } else {
-        client.delete(&args.path, args.version).await?;
-    }
-    out.print(&json!({"path": args.path}), "")?;
-    Ok(())
-}
-
-/// Deletes `root` and everything under it, children before parents. Nodes
-/// that vanish meanwhile are skipped; nodes that appear meanwhile make the
-/// parent's delete fail with `NotEmpty`.
-async fn delete_subtree(client: &Client, root: &str, version: Option<i32>) -> anyhow::Result<()> {
-    if version.is_some() {
-        // Check the version first so a mismatch deletes nothing.
-        let (_data, stat) = client.get_data(root).await?;
-        if Some(stat.version) != version {
-            return Err(ClientError::BadVersion {
-                path: root.to_owned(),
-            }
-            .into());
-        }
-    }
-    // Pre-order listing; deleting it in reverse removes children first.
-    let mut order = vec![root.to_owned()];
-    let mut next = 0;
-    while next < order.len() {
-        let path = order[next].clone();
-        next += 1;
-        let children = match client.get_children(&path).await {
-            Ok(children) => children,
-            Err(ClientError::NoNode { .. }) if path != root => continue,
-            Err(err) => return Err(err.into()),
-        };
-        if order.len() + children.len() > DELETE_NODES_MAX {
-            bail!("more than {DELETE_NODES_MAX} nodes under {root}; nothing deleted");
-        }
-        order.extend(children.iter().map(|name| child_path(&path, name)));
-    }
-    for path in order.iter().rev() {
-        let expected = if path == root { version } else { None };
-        match client.delete(path, expected).await {
-            Ok(()) => {}
-            Err(ClientError::NoNode { .. }) if path != root => {}
-            Err(err) => return Err(err.into()),
-        }
-    }
     Ok(())
 }
 

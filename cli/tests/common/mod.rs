@@ -5,6 +5,9 @@
 //! its controlling terminal (its own session, as a login shell would give
 //! it); the test writes keys to the master end and reads the screen from it.
 
+// Each test crate that includes this module uses its own part of it.
+#![allow(dead_code)]
+
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
