@@ -32,6 +32,10 @@ pub mod exit_code {
     pub const LOCK_NOT_TAKEN: i32 = 12;
     /// `arbor lock`: the lock was lost while the command ran.
     pub const LOCK_LOST: i32 = 13;
+    /// Ended by SIGINT (Ctrl-C): 128 + 2, as shells report it.
+    pub const INTERRUPTED: i32 = 130;
+    /// Ended by SIGTERM: 128 + 15.
+    pub const TERMINATED: i32 = 143;
 }
 
 /// `arbor lock` gave up waiting.
@@ -134,7 +138,8 @@ impl std::fmt::Display for MissingParent {
 impl std::error::Error for MissingParent {}
 
 /// A failure already reported where it happened (a line of a piped
-/// script, with its line number): the process only exits with its code.
+/// script, with its line number), or one that needs no report (a command
+/// ended by a signal): the process only exits with its code.
 #[derive(Debug)]
 pub struct AlreadyReported {
     pub exit_code: i32,

@@ -15,6 +15,7 @@ mod error;
 mod output;
 mod progress;
 mod shell;
+mod signals;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -236,18 +237,33 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
         Command::Browse => return browse::run(global).await,
         Command::Lock(args) => {
             let client = commands::connect(global).await?;
-            let code = commands::lock::run(&client, args).await?;
+            let code = commands::lock::run(&client, args).await;
             client.close().await.ok();
-            std::process::exit(code);
+            std::process::exit(code?);
         }
         Command::Node(command) => command,
     };
-    let client = commands::connect(global).await?;
-    command.run(&client, out).await?;
-    // Closing ends the session now, so its ephemerals go at once; a failure
-    // here does not undo the command's effect.
+    // Ctrl-C is how a watch ends: not a failure.
+    let ends_on_interrupt = matches!(command, commands::NodeCommand::Watch(_));
+    let mut signals = signals::Terminating::listen();
+    let client = tokio::select! {
+        client = commands::connect(global) => client?,
+        code = signals::received(&mut signals) => {
+            return Err(error::AlreadyReported { exit_code: code }.into())
+        }
+    };
+    let result = tokio::select! {
+        result = command.run(&client, out) => result,
+        code = signals::received(&mut signals) => match code {
+            error::exit_code::INTERRUPTED if ends_on_interrupt => Ok(()),
+            exit_code => Err(error::AlreadyReported { exit_code }.into()),
+        },
+    };
+    // Closing ends the session now, on every path, so the server drops its
+    // watches and ephemerals at once rather than after the session timeout;
+    // a failure here does not undo the command's effect.
     client.close().await.ok();
-    Ok(())
+    result
 }
 
 #[cfg(test)]

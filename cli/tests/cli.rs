@@ -422,6 +422,58 @@ fn audited_exit_codes() {
     assert_eq!(status.code(), Some(3), "a lost server is unreachable");
 }
 
+/// The sessions the server holds now, from its admin port's `stat`.
+fn sessions(server: &TestServer) -> u64 {
+    let (status, body) = server.admin_get("/commands/stat");
+    assert_eq!(status, 200, "{body}");
+    let stat: Value = serde_json::from_str(&body).expect("stat is JSON");
+    stat["sessions"].as_u64().expect("a session count")
+}
+
+// Proves a one-shot command closes its session on every exit path: success, failures (no node, node exists, a
+// refusal after connecting), and SIGTERM (143) or Ctrl-C (0 for a watch) while it runs; else the server would
+// keep the session until it timed out.
+#[test]
+fn one_shot_commands_close_their_session_on_every_path() {
+    let server = TestServer::start();
+    assert_eq!(sessions(&server), 0);
+    let runs: [(&[&str], i32); 6] = [
+        (&["get", "/missing"], 4),
+        (&["create", "/x"], 0),
+        (&["create", "/x"], 5),
+        (&["locks", "/missing"], 4),
+        (&["delete", "-r", "/"], 2),
+        (&["lock", "/l", "--", "false"], 1),
+    ];
+    for (args, code) in runs {
+        let output = arbor(&server, args);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {output:?}");
+        assert_eq!(sessions(&server), 0, "{args:?} left its session behind");
+    }
+
+    for (signal, code) in [("-TERM", 143), ("-INT", 0)] {
+        let mut watcher = Command::new(env!("CARGO_BIN_EXE_arbor"))
+            .args(["--server", server.addr(), "watch", "-r", "/"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the arbor binary runs");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sessions(&server) == 0 {
+            assert!(std::time::Instant::now() < deadline, "the watch connects");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let sent = Command::new("kill")
+            .args([signal, &watcher.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let status = watcher.wait().expect("the watch ends");
+        assert_eq!(status.code(), Some(code), "{signal}");
+        assert_eq!(sessions(&server), 0, "{signal} left the session behind");
+    }
+}
+
 // Proves an unreachable server exits with 3 and names the address it tried.
 #[test]
 fn unreachable_server_exits_3() {

@@ -1,5 +1,6 @@
 //! `watch [-r] PATH`: one line per change at PATH (or below it, with `-r`)
-//! until interrupted.
+//! until interrupted (Ctrl-C is handled by the caller: `main` for the
+//! command line, the shell for its lines).
 
 use arbor_client::{AddWatchMode, Client, WatchEvent};
 use clap::Args;
@@ -25,10 +26,7 @@ pub async fn run(client: &Client, args: WatchArgs, out: &Output) -> anyhow::Resu
     };
     let mut events = client.watch(&args.path, mode).await?;
     loop {
-        let event = tokio::select! {
-            event = events.next() => event?,
-            interrupted = tokio::signal::ctrl_c() => return Ok(interrupted?),
-        };
+        let event = events.next().await?;
         print_event(&event, out)?;
     }
 }
