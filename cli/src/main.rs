@@ -12,6 +12,7 @@ mod commands;
 mod data;
 mod duration;
 mod error;
+mod outage;
 mod output;
 mod progress;
 mod shell;
@@ -91,6 +92,11 @@ struct Global {
     /// Connect and request timeout, such as `5s` or `500ms`.
     #[arg(long, global = true, default_value = "5s", value_parser = duration::parse)]
     timeout: Duration,
+    /// The session timeout to ask for, such as `30s` (the server clamps it
+    /// to its range): how long a session outlives a lost server [default:
+    /// 30s for watch, browse and shell, 10s otherwise].
+    #[arg(long, global = true, value_parser = duration::parse)]
+    session_timeout: Option<Duration>,
     /// Print one JSON document per command (one per line for `watch`).
     #[arg(long, global = true)]
     json: bool,
@@ -246,12 +252,21 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
     // Ctrl-C is how a watch ends: not a failure.
     let ends_on_interrupt = matches!(command, commands::NodeCommand::Watch(_));
     let mut signals = signals::Terminating::listen();
+    let connected = async {
+        if ends_on_interrupt {
+            commands::connect_lasting(global).await
+        } else {
+            commands::connect(global).await
+        }
+    };
     let client = tokio::select! {
-        client = commands::connect(global) => client?,
+        client = connected => client?,
         code = signals::received(&mut signals) => {
             return Err(error::AlreadyReported { exit_code: code }.into())
         }
     };
+    // A watch rides out a server restart; it says so meanwhile.
+    let _outage = ends_on_interrupt.then(|| outage::report_on_stderr(&client, out));
     let result = tokio::select! {
         result = command.run(&client, out) => result,
         code = signals::received(&mut signals) => match code {

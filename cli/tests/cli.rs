@@ -576,6 +576,77 @@ fn watch_prints_creation_event() {
     assert!(first.contains(" zxid=0x"), "{first}");
 }
 
+/// The lines a child writes to `stream`, as they come, on a channel.
+fn lines_of(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    received
+}
+
+/// Waits up to `within` for a line of `lines` that contains `text`.
+fn wait_for_line(lines: &mpsc::Receiver<String>, text: &str, within: Duration) -> String {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(text) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no line with {text:?} within {within:?}"),
+        }
+    }
+}
+
+// Proves `watch` rides out about 15 s of server downtime (a restart on the same port): its session, asked
+// for 30 s, is resumed; it says on stderr that it is retrying and for how long, and that the session came
+// back; and it prints an event made after the restart.
+#[test]
+fn watch_survives_a_server_restart() {
+    // The default tick lets sessions last up to 40 s (the test tick: 4 s).
+    let mut server = TestServer::start_with(&["--tick-ms", "2000"]);
+    let mut watcher = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.addr(), "watch", "-r", "/"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the arbor binary runs");
+    let events = lines_of(watcher.stdout.take().expect("stdout is piped"));
+    let notes = lines_of(watcher.stderr.take().expect("stderr is piped"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sessions(&server) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the watch connects");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    server.kill();
+    let lost = wait_for_line(&notes, "server unreachable", Duration::from_secs(10));
+    assert!(
+        lost.starts_with("arbor: server unreachable; retrying while the session lives ("),
+        "{lost}"
+    );
+    assert!(lost.ends_with(" s left)"), "{lost}");
+    std::thread::sleep(Duration::from_secs(15));
+    assert_eq!(
+        watcher.try_wait().expect("waitable"),
+        None,
+        "the watch gave up"
+    );
+    server.restart();
+    wait_for_line(&notes, "session resumed", Duration::from_secs(15));
+
+    assert_ok(&arbor(&server, &["create", "/after-restart"]));
+    let event = wait_for_line(&events, "/after-restart", Duration::from_secs(10));
+    assert!(event.starts_with("NodeCreated /after-restart "), "{event}");
+    watcher.kill().expect("the watcher can be killed");
+    watcher.wait().expect("the watcher ends");
+}
+
 /// Runs `arbor` until `done` holds for its result, up to 10 s.
 fn arbor_until(server: &TestServer, args: &[&str], done: impl Fn(&Output) -> bool) -> Output {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

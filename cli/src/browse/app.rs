@@ -12,6 +12,7 @@
 //! one per change.
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use arbor_client::{Acl, ChildEntry, ConnectionState, Error, EventType, Stat, WatchEvent};
 use crossterm::event::{KeyCode, KeyEvent};
@@ -20,6 +21,7 @@ use super::input::{Edit, LineInput};
 use super::keys::{self, Action};
 use super::tree::{self, Row, RowKind, Tree, ROOT};
 use crate::data::{self, Encoding};
+use crate::outage::Outage;
 
 /// Most bytes of a node's data held for the node panel (and for editing);
 /// bigger data is shown cut, and cannot be edited here.
@@ -159,6 +161,10 @@ pub struct App {
     mode: Mode,
     status: Option<Status>,
     connection: ConnectionState,
+    /// The session timeout the server granted, for the time an outage has.
+    session_timeout: Duration,
+    /// Since when the server has been unreachable, while it is.
+    outage: Option<Outage>,
     /// The last search.
     query: String,
     /// Expanded nodes that changed while their load was in flight.
@@ -183,6 +189,8 @@ impl App {
             mode: Mode::Browse,
             status: None,
             connection: ConnectionState::Connected,
+            session_timeout: Duration::ZERO,
+            outage: None,
             query: String::new(),
             stale: HashSet::new(),
             quit: false,
@@ -238,6 +246,16 @@ impl App {
 
     pub fn connection(&self) -> ConnectionState {
         self.connection
+    }
+
+    /// The session timeout the server granted (for the time an outage has).
+    pub fn set_session_timeout(&mut self, session_timeout: Duration) {
+        self.session_timeout = session_timeout;
+    }
+
+    /// The server's outage, while it is unreachable.
+    pub fn outage(&self) -> Option<&Outage> {
+        self.outage.as_ref()
     }
 
     pub fn should_quit(&self) -> bool {
@@ -643,6 +661,12 @@ impl App {
             },
             Message::Connection(state) => {
                 self.connection = state;
+                self.outage = match state {
+                    ConnectionState::Suspended => self
+                        .outage
+                        .or(Some(Outage::began(Instant::now(), self.session_timeout))),
+                    _ => None,
+                };
                 // Watches were set again by the client; reload anyway so
                 // nothing missed while away stays on screen.
                 if state == ConnectionState::Reconnected {

@@ -42,6 +42,9 @@ use self::app::{App, Message};
 use self::sync::{Loader, MESSAGES_MAX};
 use crate::Global;
 
+/// How often the title's countdown is redrawn while the server is away.
+const COUNTDOWN_REDRAW_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Most queued loader messages applied before the screen is drawn again: a
 /// burst of events costs one redraw, yet keys still get a turn.
 const MESSAGES_PER_DRAW_MAX: usize = 64;
@@ -56,10 +59,11 @@ pub async fn run(global: &Global) -> anyhow::Result<()> {
         .into());
     }
     // Connect first, so a connection error is printed on the normal screen.
-    let client = crate::commands::connect(global).await?;
+    let client = crate::commands::connect_lasting(global).await?;
     let (messages, inbox) = mpsc::channel(MESSAGES_MAX);
     let loader = Loader::start(client.clone(), messages);
     let mut app = App::new(global.server());
+    app.set_session_timeout(client.session_timeout());
 
     let result = match Screen::enter() {
         Ok(mut screen) => {
@@ -83,6 +87,8 @@ async fn event_loop<B: Backend>(
     mut inbox: mpsc::Receiver<Message>,
 ) -> anyhow::Result<()> {
     let mut keys = EventStream::new();
+    // Redraws the outage's countdown while the server is away.
+    let mut countdown = tokio::time::interval(COUNTDOWN_REDRAW_INTERVAL);
     let requests = app.start();
     loader.dispatch(app, requests);
     loop {
@@ -110,6 +116,7 @@ async fn event_loop<B: Backend>(
                 Some(Err(error)) => return Err(error).context("cannot read the terminal"),
                 None => return Ok(()),
             },
+            _ = countdown.tick(), if app.outage().is_some() => {}
             message = inbox.recv() => {
                 let Some(message) = message else {
                     anyhow::bail!("the connection task ended");

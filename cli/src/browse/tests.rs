@@ -659,3 +659,23 @@ async fn browse_loads_lazily() {
     );
     assert!(live.app.tree().get("/deep/a").is_none());
 }
+
+// Proves a lost connection shows in the title as the outage's countdown from the granted session timeout, and goes once the session is resumed.
+#[test]
+fn browse_title_counts_down_an_outage() {
+    use arbor_client::ConnectionState;
+
+    let mut app = App::new("test");
+    app.set_session_timeout(Duration::from_secs(30));
+    app.start();
+    app.apply(Message::Connection(ConnectionState::Suspended));
+    assert!(app.outage().is_some());
+    let shown = screen(&app);
+    assert!(
+        shown.contains("server unreachable; retrying while the session lives (30 s left)"),
+        "{shown}"
+    );
+    app.apply(Message::Connection(ConnectionState::Reconnected));
+    assert!(app.outage().is_none());
+    assert!(screen(&app).contains("connected"));
+}

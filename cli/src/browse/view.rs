@@ -83,17 +83,20 @@ pub fn draw(frame: &mut Frame, app: &App) {
 fn draw_title(frame: &mut Frame, app: &App, area: Rect) {
     let (state, style) = match app.connection() {
         ConnectionState::Connected | ConnectionState::Reconnected => {
-            ("connected", Style::new().fg(Color::Green))
+            ("connected".to_owned(), Style::new().fg(Color::Green))
         }
         ConnectionState::Suspended => (
-            "disconnected, reconnecting…",
+            app.outage().map_or_else(
+                || "disconnected, reconnecting…".to_owned(),
+                |outage| outage.message(std::time::Instant::now()),
+            ),
             Style::new().fg(Color::Yellow),
         ),
         ConnectionState::Expired => (
-            "session expired: restart arbor browse",
+            "session expired: restart arbor browse".to_owned(),
             Style::new().fg(Color::Red),
         ),
-        ConnectionState::Closed => ("closed", Style::new().fg(Color::Red)),
+        ConnectionState::Closed => ("closed".to_owned(), Style::new().fg(Color::Red)),
     };
     let line = Line::from(vec![
         Span::styled(" arbor browse ", Style::new().add_modifier(Modifier::BOLD)),

@@ -14,6 +14,8 @@ pub mod version;
 pub mod watch;
 pub mod write;
 
+use std::time::Duration;
+
 use arbor_client::acl::{digest_id, DIGEST};
 use arbor_client::{Client, ClientOptions, Error as ClientError};
 use clap::Subcommand;
@@ -109,13 +111,23 @@ impl NodeCommand {
     }
 }
 
+/// The session timeout `watch`, `browse` and `shell` ask for unless told
+/// (`--session-timeout`): they run for long, so their session should outlive
+/// a server restart, which the client then resumes by itself. The server
+/// clamps it (by default to at most 40 s).
+pub const LASTING_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The options every connection of the CLI takes: `global.timeout` as both
-/// the connect and the request timeout, TLS if asked for, and
-/// `global.auth()` (digest) if given; with the digest user, for messages.
+/// the connect and the request timeout, `--session-timeout` if given, TLS
+/// if asked for, and `global.auth()` (digest) if given; with the digest
+/// user, for messages.
 pub fn client_options(global: &Global) -> anyhow::Result<(ClientOptions, Option<String>)> {
     let mut options = ClientOptions::default()
         .with_connect_timeout(global.timeout)
         .with_request_timeout(global.timeout);
+    if let Some(session_timeout) = global.session_timeout {
+        options = options.with_session_timeout(session_timeout);
+    }
     if let Some(tls) = global.tls()? {
         options = options.with_tls(tls);
     }
@@ -137,6 +149,24 @@ pub fn client_options(global: &Global) -> anyhow::Result<(ClientOptions, Option<
 /// password); any other failure as [`Unreachable`].
 pub async fn connect(global: &Global) -> anyhow::Result<Client> {
     let (options, user) = client_options(global)?;
+    connect_with(global, options, user).await
+}
+
+/// [`connect`] for a command that runs until stopped (`watch`, `browse`,
+/// `shell`): [`LASTING_SESSION_TIMEOUT`] unless `--session-timeout` says.
+pub async fn connect_lasting(global: &Global) -> anyhow::Result<Client> {
+    let (mut options, user) = client_options(global)?;
+    if global.session_timeout.is_none() {
+        options = options.with_session_timeout(LASTING_SESSION_TIMEOUT);
+    }
+    connect_with(global, options, user).await
+}
+
+async fn connect_with(
+    global: &Global,
+    options: ClientOptions,
+    user: Option<String>,
+) -> anyhow::Result<Client> {
     let server = global.server();
     match Client::connect(&server, options).await {
         Ok(client) => Ok(client),

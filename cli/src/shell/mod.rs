@@ -24,10 +24,13 @@
 //!   (rustyline's `buffer-redux` feature; without it they were dropped with
 //!   the reader), and a bracketed paste, which comes back as one entry with
 //!   newlines in it, runs line by line.
-//! * One session for the whole shell. The client resumes a lost connection
-//!   by itself; if the session has expired, the next line that needs the
-//!   server says so and connects a new session (retrying on each later line
-//!   if that fails).
+//! * One session for the whole shell, asking for a long timeout
+//!   ([`LASTING_SESSION_TIMEOUT`](commands::LASTING_SESSION_TIMEOUT)) so it
+//!   outlives a server restart. The client resumes a lost connection by
+//!   itself, and the shell says so on stderr meanwhile, with the time the
+//!   session has left; if the session has expired, the next line that needs
+//!   the server says so and connects a new session (retrying on each later
+//!   line if that fails).
 //! * Ctrl-C while a command runs (a `watch`, a long `tree`) stops that
 //!   command and the shell goes on with the next line, piped or not; Ctrl-C
 //!   at the prompt clears the line; Ctrl-D (end of input) leaves with
@@ -58,6 +61,7 @@ use serde_json::json;
 
 use crate::commands::{self, NodeCommand};
 use crate::error::{classify, AlreadyReported, Usage};
+use crate::outage::{self, Reporter};
 use crate::output::Output;
 use crate::Global;
 
@@ -140,12 +144,15 @@ struct Shell<'a> {
     line_number: Option<u64>,
     /// The exit code of the first line that failed.
     first_failure: Option<i32>,
+    /// Says on stderr when the server is gone and the session is being
+    /// resumed; follows `client` (a new one after an expiry).
+    _outage: Reporter,
 }
 
 /// Runs the shell until its input ends or `exit`. A script with a failed
 /// line ends with [`AlreadyReported`] and that line's exit code.
 pub async fn run(global: &Global, args: ShellArgs, out: &Output) -> anyhow::Result<()> {
-    let client = commands::connect(global).await?;
+    let client = commands::connect_lasting(global).await?;
     let mut shell = Shell::new(global, out, client);
     let outcome = if std::io::stdin().is_terminal() {
         shell.run_interactive().await
@@ -217,6 +224,7 @@ impl<'a> Shell<'a> {
             global,
             out,
             parser: shell_parser(),
+            _outage: outage::report_on_stderr(&client, out),
             client,
             cwd: "/".to_owned(),
             line_number: None,
@@ -422,7 +430,8 @@ impl<'a> Shell<'a> {
             return Ok(());
         }
         self.warn("session expired (its ephemeral nodes are gone); connecting a new one");
-        self.client = commands::connect(self.global).await?;
+        self.client = commands::connect_lasting(self.global).await?;
+        self._outage = outage::report_on_stderr(&self.client, self.out);
         Ok(())
     }
 
