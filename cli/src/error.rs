@@ -224,6 +224,15 @@ pub fn classify(err: &anyhow::Error) -> Failure {
         };
     }
     if let Some(unreachable) = err.downcast_ref::<Unreachable>() {
+        // Reached, and turned away: the server says why (its connection
+        // limits), which is not "cannot reach".
+        if let Some(ClientError::Refused { message, .. }) = client_error_in(err) {
+            return Failure {
+                code: "Refused".to_owned(),
+                message: format!("{} refused the connection: {message}", unreachable.server),
+                exit_code: exit_code::UNREACHABLE,
+            };
+        }
         let cause = client_error_in(err)
             .map(|e| format!(": {}", chain_text(e)))
             .unwrap_or_default();
@@ -231,6 +240,13 @@ pub fn classify(err: &anyhow::Error) -> Failure {
             code: "Unreachable".to_owned(),
             message: format!("cannot reach server at {}{cause}", unreachable.server),
             exit_code: exit_code::UNREACHABLE,
+        };
+    }
+    if let Some(missing) = err.downcast_ref::<crate::commands::admin::NoSuchSession>() {
+        return Failure {
+            code: "NoSession".to_owned(),
+            message: missing.to_string(),
+            exit_code: exit_code::NO_NODE,
         };
     }
     if let Some(missing) = err.downcast_ref::<MissingParent>() {

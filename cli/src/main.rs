@@ -130,6 +130,25 @@ enum Command {
     /// 12 if the lock was not granted within --timeout, 13 if it was lost
     /// while the command ran (the command is then killed).
     Lock(commands::lock::LockArgs),
+    /// The server's own reports (ADMIN on / needed): `server stat`, `conf`,
+    /// `cons`, `sessions`, `watches`. (`arbor stat PATH` is a node's stat.)
+    #[command(subcommand)]
+    Server(commands::admin::ServerCommand),
+    /// Every session on the server (= `server sessions`).
+    Sessions,
+    /// Connections that serve a session (= `server cons`).
+    Cons,
+    /// An operator's action on a session: `session close ID` evicts it.
+    #[command(subcommand)]
+    Session(commands::admin::SessionCommand),
+    /// Write a consistent backup of the live server to FILE (ADMIN on /
+    /// needed); `arbord restore FILE --data-dir DIR` starts from it.
+    Backup(commands::admin::BackupArgs),
+    /// Write a subtree's nodes (data and ACLs) as JSON, to move
+    /// configuration between clusters.
+    Export(commands::transfer::ExportArgs),
+    /// Create the nodes of an `arbor export` under its root (or --to).
+    Import(commands::transfer::ImportArgs),
 }
 
 impl Global {
@@ -239,6 +258,21 @@ async fn run(cli: Cli, out: &Output) -> anyhow::Result<()> {
         Command::Version => return commands::version::run(global, out).await,
         Command::Digest(args) => return commands::acl::run_digest(args, out),
         Command::Cluster(command) => return commands::cluster::run(global, command, out).await,
+        Command::Server(command) => return commands::admin::run_server(global, command, out).await,
+        Command::Sessions => {
+            let command = commands::admin::ServerCommand::Sessions;
+            return commands::admin::run_server(global, command, out).await;
+        }
+        Command::Cons => {
+            let command = commands::admin::ServerCommand::Cons;
+            return commands::admin::run_server(global, command, out).await;
+        }
+        Command::Session(command) => {
+            return commands::admin::run_session(global, command, out).await
+        }
+        Command::Backup(args) => return commands::admin::run_backup(global, args, out).await,
+        Command::Export(args) => return commands::transfer::run_export(global, args, out).await,
+        Command::Import(args) => return commands::transfer::run_import(global, args, out).await,
         Command::Shell(args) => return shell::run(global, args, out).await,
         Command::Browse => return browse::run(global).await,
         Command::Lock(args) => {

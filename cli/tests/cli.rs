@@ -1264,3 +1264,136 @@ fn lock_runs_a_command_while_holding_the_lock() {
         .expect("granted once released");
     assert_ok(&waited);
 }
+
+// Proves a client over the server's per-address limit is told so, with
+// the limit, and exits 3: the server is up and said why.
+#[test]
+fn the_connection_limit_is_named() {
+    let server = TestServer::start_with(&["--max-connections-per-ip", "1"]);
+    let holder = std::net::TcpStream::connect(server.addr()).expect("holds the one connection");
+    let output = arbor(&server, &["ls", "/"]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains("refused the connection: too many connections from this address (limit 1)"),
+        "{said}"
+    );
+    drop(holder);
+}
+
+// Proves the operator's commands over the client port: sessions lists a
+// session with its ephemeral, `session close` evicts it (the ephemeral
+// goes; a second close is "no session", exit 4), and `server stat` reports.
+#[test]
+fn sessions_can_be_listed_and_evicted() {
+    let server = TestServer::start();
+    let mut shell = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["--server", server.addr(), "shell"])
+        .env("ARBOR_HISTORY", "/nonexistent/arbor-test-history")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the shell runs");
+    let mut input = shell.stdin.take().expect("piped");
+    input
+        .write_all(b"create -e /lease\n")
+        .expect("the shell reads");
+    input.flush().expect("sent");
+    let lines = lines_of(shell.stdout.take().expect("piped"));
+    wait_for_line(&lines, "/lease", Duration::from_secs(10));
+    let listed = arbor_json(&server, &["sessions"]);
+    let holder = listed["sessions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["ephemerals"] == 1))
+        .unwrap_or_else(|| panic!("no session holds the lease: {listed}"));
+    let id = holder["session_id"].as_str().expect("a hex id").to_owned();
+    let table = stdout(&arbor(&server, &["sessions"]));
+    assert!(
+        table.starts_with("SESSION") && table.contains(&id),
+        "{table}"
+    );
+    let cons = stdout(&arbor(&server, &["cons"]));
+    assert!(cons.contains(&id), "{cons}");
+
+    let closed = arbor(&server, &["session", "close", &id]);
+    assert_ok(&closed);
+    assert_eq!(stdout(&closed), format!("closed session {id}\n"));
+    assert_eq!(arbor(&server, &["stat", "/lease"]).status.code(), Some(4));
+    let again = arbor(&server, &["session", "close", &id]);
+    assert_eq!(again.status.code(), Some(4));
+    assert!(
+        stderr(&again).contains(&format!("no session {id}")),
+        "{}",
+        stderr(&again)
+    );
+    let bad = arbor(&server, &["session", "close", "zz"]);
+    assert_eq!(bad.status.code(), Some(2));
+
+    let stat = arbor_json(&server, &["server", "stat"]);
+    assert_eq!(stat["mode"], "standalone");
+    assert!(stdout(&arbor(&server, &["server", "stat"])).contains("znodes"));
+    drop(input);
+    let _ = shell.wait();
+}
+
+// Proves `backup` writes a file `arbord restore` accepts, and that
+// `export` then `import --to` copies a subtree's data and ACLs, stopping at
+// a node that exists unless told --overwrite.
+#[test]
+fn backup_export_and_import() {
+    let server = TestServer::start();
+    arbor_json(&server, &["create", "-p", "/app/config/db", "url=x"]);
+    arbor_json(
+        &server,
+        &[
+            "create",
+            "--acl",
+            "world:anyone:rwa",
+            "/app/shared",
+            "frozen",
+        ],
+    );
+    let dir = arbor_tests::fresh_data_dir();
+    let backup = dir.join("b.snap");
+    let backup_text = backup.to_string_lossy().into_owned();
+    let made = arbor_json(&server, &["backup", &backup_text]);
+    assert_eq!(made["nodes"], 5);
+    let restored = Command::new(arbor_tests::arbord_path())
+        .arg("restore")
+        .arg(&backup)
+        .arg("--data-dir")
+        .arg(dir.join("restored"))
+        .output()
+        .expect("arbord runs");
+    assert!(
+        restored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+
+    let export = dir.join("app.json");
+    let export_text = export.to_string_lossy().into_owned();
+    assert_eq!(
+        arbor_json(&server, &["export", "/app", &export_text])["nodes"],
+        4
+    );
+    let imported = arbor_json(&server, &["import", &export_text, "--to", "/copy"]);
+    assert_eq!(imported["created"], 4);
+    assert_eq!(
+        stdout(&arbor(&server, &["get", "/copy/config/db"])),
+        "url=x\n"
+    );
+    assert_eq!(
+        stdout(&arbor(&server, &["getacl", "/copy/shared"])),
+        "world:anyone:rwa\n"
+    );
+    let again = arbor(&server, &["import", &export_text, "--to", "/copy"]);
+    assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
+    let replaced = arbor_json(
+        &server,
+        &["import", &export_text, "--to", "/copy", "--overwrite"],
+    );
+    assert_eq!(replaced["replaced"], 4);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -3,12 +3,14 @@
 //! [`Output`](crate::output::Output) to print to.
 
 pub mod acl;
+pub mod admin;
 pub mod cluster;
 pub mod delete;
 pub mod get;
 pub mod lock;
 pub mod locks;
 pub mod ls;
+pub mod transfer;
 pub mod tree;
 pub mod version;
 pub mod watch;
