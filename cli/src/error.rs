@@ -117,6 +117,20 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
+/// There is no session with that id (exit code 4, as for a missing node).
+#[derive(Debug)]
+pub struct NoSuchSession {
+    pub id: String,
+}
+
+impl std::fmt::Display for NoSuchSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no session {} on the server", self.id)
+    }
+}
+
+impl std::error::Error for NoSuchSession {}
+
 /// A create failed with `NoNode` because `parent` (an ancestor of `path`)
 /// does not exist.
 #[derive(Debug)]
@@ -242,7 +256,7 @@ pub fn classify(err: &anyhow::Error) -> Failure {
             exit_code: exit_code::UNREACHABLE,
         };
     }
-    if let Some(missing) = err.downcast_ref::<crate::commands::admin::NoSuchSession>() {
+    if let Some(missing) = err.downcast_ref::<NoSuchSession>() {
         return Failure {
             code: "NoSession".to_owned(),
             message: missing.to_string(),

@@ -796,6 +796,26 @@ pub async fn wait_for_children(client: &arbor_client::Client, path: &str, len: u
     }
 }
 
+/// Runs arbord to completion with `args` (a one-shot action such as
+/// `--verify` or `restore`): whether it succeeded, and its stdout then
+/// stderr.
+pub fn run_arbord<I, S>(args: I) -> (bool, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let output = Command::new(arbord_path())
+        .args(args)
+        .output()
+        .expect("arbord runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
 /// `GET path` from an HTTP server at `addr`, as a scraper sends it: the
 /// status and the body (empty if the server could not be reached).
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {

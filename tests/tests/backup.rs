@@ -6,7 +6,6 @@
 //! say exactly.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -70,21 +69,15 @@ async fn write_load(c: Client, writer: usize, stop: Arc<AtomicBool>) -> History 
     history
 }
 
-/// Runs `arbord restore`; its exit status and output.
+/// Runs `arbord restore`; whether it succeeded, and its output.
 fn arbord_restore(backup: &std::path::Path, data_dir: &std::path::Path) -> (bool, String) {
-    let output = Command::new(arbor_tests::arbord_path())
-        .arg("restore")
-        .arg(backup)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .output()
-        .expect("arbord runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    let data_dir = std::ffi::OsString::from(data_dir);
+    arbor_tests::run_arbord([
+        "restore".as_ref(),
+        backup.as_os_str(),
+        "--data-dir".as_ref(),
+        data_dir.as_os_str(),
+    ])
 }
 
 // Proves a backup taken under write load restores to exactly the source's

@@ -3,12 +3,11 @@
 //! message, snapshots fall back, sessions and ephemerals resume.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use arbor_client::{Client, CreateMode};
 use arbor_protocol::{Op, OpResult, SessionCredentials};
-use arbor_tests::{arbord_path, client, RawConnection, TempDir, TestServer};
+use arbor_tests::{client, RawConnection, TempDir, TestServer};
 
 /// Bytes before the first record of a segment: magic, version, first zxid, crc.
 const SEGMENT_HEADER_BYTES: usize = 24;
@@ -68,16 +67,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// Runs `arbord --verify` on a data directory.
 fn verify(data_dir: &Path) -> (bool, String) {
-    let output = Command::new(arbord_path())
-        .args(["--verify", "--data-dir", &data_dir.to_string_lossy()])
-        .output()
-        .expect("arbord runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    arbor_tests::run_arbord(["--verify", "--data-dir", &data_dir.to_string_lossy()])
 }
 
 async fn present(c: &Client, names: impl IntoIterator<Item = String>) -> Vec<String> {

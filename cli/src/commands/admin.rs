@@ -98,7 +98,7 @@ pub async fn run_session(
     match closed {
         Ok(()) => {}
         Err(arbor_client::Error::NoNode { .. }) => {
-            anyhow::bail!(NoSuchSession {
+            anyhow::bail!(crate::error::NoSuchSession {
                 id: hex_id(session_id)
             })
         }
@@ -181,20 +181,6 @@ fn parse_session_id(text: &str) -> anyhow::Result<u64> {
         })
     })
 }
-
-/// There is no session with that id (exit code 4, as for a missing node).
-#[derive(Debug)]
-pub struct NoSuchSession {
-    pub id: String,
-}
-
-impl std::fmt::Display for NoSuchSession {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "no session {} on the server", self.id)
-    }
-}
-
-impl std::error::Error for NoSuchSession {}
 
 /// `stat` for people: the figures that matter first, one per line.
 fn stat_human(document: &Value) -> String {

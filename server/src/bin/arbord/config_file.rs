@@ -177,6 +177,19 @@ mod tests {
         dir
     }
 
+    /// The file key of every flag that is a setting.
+    fn setting_keys() -> Vec<String> {
+        Args::command()
+            .get_arguments()
+            .filter(|arg| !NOT_SETTINGS.contains(&arg.get_id().as_str()))
+            .map(|arg| {
+                arg.get_long()
+                    .expect("every flag is long")
+                    .replace('-', "_")
+            })
+            .collect()
+    }
+
     /// Every setting, as the file writes it, and the same as flags.
     const EVERY_SETTING: &str = r#"
 log_level = "debug"
@@ -285,15 +298,7 @@ segment_bytes = 1048576
         let defaults = parse(&[], "").expect("no settings");
         assert_ne!(format!("{from_file:?}"), format!("{defaults:?}"));
         let table: toml::Table = toml::from_str(EVERY_SETTING).expect("TOML");
-        for arg in Args::command().get_arguments() {
-            let id = arg.get_id().as_str();
-            if NOT_SETTINGS.contains(&id) {
-                continue;
-            }
-            let key = arg
-                .get_long()
-                .expect("every flag is long")
-                .replace('-', "_");
+        for key in setting_keys() {
             assert!(
                 table.contains_key(&key),
                 "the test file does not set `{key}`"
@@ -349,15 +354,7 @@ segment_bytes = 1048576
             .filter_map(|line| line.split_once(" = ").map(|(key, _)| key))
             .filter(|key| key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
             .collect();
-        for arg in Args::command().get_arguments() {
-            let id = arg.get_id().as_str();
-            if NOT_SETTINGS.contains(&id) {
-                continue;
-            }
-            let key = arg
-                .get_long()
-                .expect("every flag is long")
-                .replace('-', "_");
+        for key in setting_keys() {
             assert!(
                 mentioned.contains(key.as_str()),
                 "deploy/arbor.toml does not mention `{key}`"
