@@ -32,14 +32,14 @@ pub struct Terminal {
     screen: Arc<Mutex<Vec<u8>>>,
 }
 
-/// Opens a pty pair, both ends closed on exec so no other child spawned by
-/// a parallel test keeps them open.
-fn open_pty() -> (OwnedFd, OwnedFd) {
+/// Opens a pty pair of `rows` × `columns`, both ends closed on exec so no
+/// other child spawned by a parallel test keeps them open.
+fn open_pty(rows: u16, columns: u16) -> (OwnedFd, OwnedFd) {
     let mut master = -1;
     let mut slave = -1;
     let size = libc::winsize {
-        ws_row: ROWS,
-        ws_col: COLUMNS,
+        ws_row: rows,
+        ws_col: columns,
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
@@ -64,32 +64,38 @@ fn open_pty() -> (OwnedFd, OwnedFd) {
     (master, slave)
 }
 
+/// Starts `command` on a new pty of `rows` × `columns`; returns the child
+/// and the pty's master end (write keys to it, read the screen from it).
+pub fn spawn_on_pty(command: &mut Command, rows: u16, columns: u16) -> (Child, File) {
+    let (master, slave) = open_pty(rows, columns);
+    let stdio = || Stdio::from(slave.try_clone().expect("the pty's slave end dups"));
+    command
+        .stdin(stdio())
+        .stdout(stdio())
+        .stderr(stdio())
+        .env("TERM", "xterm");
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            // A session of its own, with the pty (now its stdin) as its
+            // controlling terminal.
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().expect("the program starts on the pty");
+    // Only the child holds the slave end now, so reads of the master
+    // end once it exits.
+    drop(slave);
+    (child, File::from(master))
+}
+
 impl Terminal {
     /// Starts `command` on a new pty.
     pub fn spawn(command: &mut Command) -> Terminal {
-        let (master, slave) = open_pty();
-        let stdio = || Stdio::from(slave.try_clone().expect("the pty's slave end dups"));
-        command
-            .stdin(stdio())
-            .stdout(stdio())
-            .stderr(stdio())
-            .env("TERM", "xterm");
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                // A session of its own, with the pty (now its stdin) as its
-                // controlling terminal.
-                if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = command.spawn().expect("the program starts on the pty");
-        // Only the child holds the slave end now, so reads of the master
-        // end once it exits.
-        drop(slave);
-        let master = File::from(master);
+        let (child, master) = spawn_on_pty(command, ROWS, COLUMNS);
         let screen = Arc::new(Mutex::new(Vec::new()));
         let mut reader = master.try_clone().expect("the pty's master end dups");
         let sink = Arc::clone(&screen);
