@@ -9,7 +9,12 @@
 //! Reloads coalesce: while a node's children are being loaded, further
 //! change events for it only mark it stale, and one more reload follows when
 //! the load in flight lands. A burst of changes therefore costs two loads, not
-//! one per change.
+//! one per change. Stat reads of collapsed rows coalesce the same way.
+//!
+//! The collapsed rows on screen are watched too (see the loader), so a node
+//! that gains or loses children elsewhere changes its marker without being
+//! expanded; the app tells the loader which rows those are whenever the
+//! screen's rows change.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -30,6 +35,11 @@ pub const DATA_KEPT_BYTES_MAX: usize = 64 * 1024;
 /// Most nodes expanded at once: each holds a persistent watch on the server.
 pub const EXPANDED_MAX: usize = 1000;
 
+/// Most collapsed rows watched at once (each a persistent watch), however
+/// tall the terminal: rows below these on a taller screen show the count of
+/// their parent's last listing.
+pub const ROWS_WATCHED_MAX: usize = 256;
+
 /// Rows moved by PgUp/PgDn before the first draw told the real page size.
 const DEFAULT_PAGE_ROWS: usize = 20;
 
@@ -40,8 +50,14 @@ pub enum Request {
     Expand(String),
     /// Load the node's children again (it changed, or `r`).
     Reload(String),
-    /// These nodes are no longer expanded: remove their watches.
+    /// Read a collapsed node's stat again (its children changed).
+    Stat(String),
+    /// These nodes are no longer expanded: remove their watches (unless
+    /// they are collapsed rows on screen).
     Unwatch(Vec<String>),
+    /// The collapsed rows on screen, to watch (at most
+    /// [`ROWS_WATCHED_MAX`]); replaces the previous list.
+    WatchRows(Vec<String>),
     /// Show and follow this node's data (`None`: no node selected). Sent
     /// again for the same node to reload it.
     Select(Option<String>),
@@ -73,7 +89,12 @@ pub enum Message {
         path: String,
         result: Result<Vec<Acl>, Error>,
     },
-    /// A persistent watch of an expanded node fired.
+    /// A collapsed node's stat (`None`: it is gone).
+    Stat {
+        path: String,
+        result: Result<Option<Stat>, Error>,
+    },
+    /// A persistent watch of an expanded node or a row on screen fired.
     Event(WatchEvent),
     /// A persistent watch could not be set, or its stream ended.
     WatchEnded {
@@ -169,6 +190,13 @@ pub struct App {
     query: String,
     /// Expanded nodes that changed while their load was in flight.
     stale: HashSet<String>,
+    /// The collapsed rows the loader was last told to watch; `None` to send
+    /// them again.
+    rows_watched: Option<Vec<String>>,
+    /// Collapsed nodes whose stat is being read.
+    stat_loading: HashSet<String>,
+    /// Collapsed nodes that changed while their stat read was in flight.
+    stat_stale: HashSet<String>,
     quit: bool,
 }
 
@@ -193,6 +221,9 @@ impl App {
             outage: None,
             query: String::new(),
             stale: HashSet::new(),
+            rows_watched: Some(Vec::new()),
+            stat_loading: HashSet::new(),
+            stat_stale: HashSet::new(),
             quit: false,
         }
     }
@@ -262,10 +293,14 @@ impl App {
         self.quit
     }
 
-    /// Tells the app how many tree rows fit on screen (for paging).
-    pub fn set_page_rows(&mut self, rows: usize) {
+    /// Tells the app how many tree rows fit on screen (for paging, and for
+    /// which rows are watched).
+    pub fn set_page_rows(&mut self, rows: usize) -> Vec<Request> {
+        let mut out = Vec::new();
         self.page_rows = rows.max(1);
         self.scroll_to_selection();
+        self.watch_rows(&mut out);
+        out
     }
 
     /// One key press.
@@ -364,6 +399,25 @@ impl App {
         self.selected = row.min(self.rows.len().saturating_sub(1));
         self.scroll_to_selection();
         self.follow_selection(out);
+        self.watch_rows(out);
+    }
+
+    /// Tells the loader which collapsed rows are on screen, if that changed:
+    /// their watches keep their markers and counts true.
+    fn watch_rows(&mut self, out: &mut Vec<Request>) {
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .skip(self.offset)
+            .take(self.page_rows.min(ROWS_WATCHED_MAX))
+            .filter_map(Row::path)
+            .filter(|path| !self.tree.get(path).is_some_and(|node| node.expanded))
+            .map(str::to_owned)
+            .collect();
+        if self.rows_watched.as_ref() != Some(&rows) {
+            self.rows_watched = Some(rows.clone());
+            out.push(Request::WatchRows(rows));
+        }
     }
 
     fn scroll_to_selection(&mut self) {
@@ -532,13 +586,53 @@ impl App {
         };
     }
 
-    /// Reloads every expanded node and the selected node's data.
+    /// Reloads every expanded node and the selected node's data, and sends
+    /// the rows to watch again (the loader sets any watch it could not).
     fn refresh(&mut self, out: &mut Vec<Request>) {
         for path in self.tree.expanded() {
             self.reload(&path, out);
         }
         if let Some(path) = self.following.clone() {
             out.push(Request::Select(Some(path)));
+        }
+        self.rows_watched = None;
+        self.watch_rows(out);
+    }
+
+    /// Reads a collapsed node's stat again, or marks it stale if a read is
+    /// in flight.
+    fn reload_stat(&mut self, path: &str, out: &mut Vec<Request>) {
+        if self.stat_loading.insert(path.to_owned()) {
+            out.push(Request::Stat(path.to_owned()));
+        } else {
+            self.stat_stale.insert(path.to_owned());
+        }
+    }
+
+    /// A watch of an expanded node or of a row on screen fired.
+    fn changed(&mut self, event: WatchEvent, out: &mut Vec<Request>) {
+        // Data changes of the selected node arrive through the selection's
+        // own watch (see the loader), and change no marker.
+        if event.event_type == EventType::NodeDataChanged {
+            return;
+        }
+        let path = event.path;
+        let expanded = self.tree.get(&path).is_some_and(|node| node.expanded);
+        let followed = self.following.as_deref() == Some(path.as_str());
+        if event.event_type == EventType::NodeChildrenChanged && followed {
+            // Its stat (num_children, cversion, pzxid) changed; its data
+            // load brings the new one, and the row's with it.
+            self.reselect(&path, out);
+        }
+        if expanded {
+            self.reload(&path, out);
+        } else if event.event_type == EventType::NodeChildrenChanged
+            && !followed
+            && self.tree.get(&path).is_some()
+        {
+            // A collapsed row: its marker and count. Its creation and
+            // deletion show in its parent's listing instead.
+            self.reload_stat(&path, out);
         }
     }
 
@@ -620,13 +714,29 @@ impl App {
                     }
                 }
             }
-            Message::Event(event) => {
-                // Data changes of the selected node arrive through the
-                // selection's own watch (see the loader).
-                if event.event_type != EventType::NodeDataChanged {
-                    self.reload(&event.path, &mut out);
+            Message::Stat { path, result } => {
+                self.stat_loading.remove(&path);
+                // An error leaves the count of the last listing; the next
+                // change or `r` tries again. `None`: the parent's listing
+                // drops it.
+                if let Ok(Some(stat)) = result {
+                    self.tree.set_stat(&path, stat);
+                    // The data load shown may predate the row's watch.
+                    let shown = match &self.detail {
+                        Detail::Loaded {
+                            path: shown, stat, ..
+                        } if *shown == path => Some(*stat),
+                        _ => None,
+                    };
+                    if shown.is_some_and(|shown| shown != stat) {
+                        self.reselect(&path, &mut out);
+                    }
+                }
+                if self.stat_stale.remove(&path) {
+                    self.reload_stat(&path, &mut out);
                 }
             }
+            Message::Event(event) => self.changed(event, &mut out),
             Message::WatchEnded { path, error } => match error {
                 // Removed on purpose (collapsed), or the client is over (the
                 // connection state says so).
@@ -692,13 +802,17 @@ impl App {
                 self.tree.load_failed(&path);
                 self.set_status(format!("too busy to load {path}: press r"), true);
             }
+            Request::Stat(path) => {
+                self.stat_loading.remove(&path);
+                self.stat_stale.remove(&path);
+            }
             Request::SetData { path, .. } => {
                 self.set_status(format!("too busy: {path} not saved"), true)
             }
             Request::Delete { path, .. } => {
                 self.set_status(format!("too busy: {path} not deleted"), true)
             }
-            Request::Unwatch(_) | Request::Select(_) => {
+            Request::Unwatch(_) | Request::Select(_) | Request::WatchRows(_) => {
                 self.set_status("too busy: press r".to_owned(), true)
             }
         }

@@ -6,9 +6,10 @@
 //!   expanded nodes are ever fetched or held.
 //! * `app` — the state machine: keys and loader messages in, requests for
 //!   the loader out; selection, dialogs, status line.
-//! * `sync` — the loader: runs requests against the server, keeps one
-//!   persistent watch per expanded node and follows the selected node's
-//!   data, and reports everything back as messages.
+//! * `sync` — the loader: runs requests against the server, follows the
+//!   selected node's data, and reports everything back as messages.
+//! * `watches` — the loader's persistent watches: one per expanded node and
+//!   per collapsed row on screen.
 //! * `view` — drawing, a pure function of the app.
 //! * `keys`, `input` — the key map and the one-line editor.
 //!
@@ -22,6 +23,7 @@ mod keys;
 mod sync;
 mod tree;
 mod view;
+mod watches;
 
 #[cfg(test)]
 mod tests;
@@ -93,12 +95,13 @@ async fn event_loop<B: Backend>(
     loader.dispatch(app, requests);
     loop {
         let size = terminal.size().context("cannot read the terminal size")?;
-        app.set_page_rows(view::tree_rows(ratatui::layout::Rect::new(
+        let requests = app.set_page_rows(view::tree_rows(ratatui::layout::Rect::new(
             0,
             0,
             size.width,
             size.height,
         )));
+        loader.dispatch(app, requests);
         terminal
             .draw(|frame| view::draw(frame, app))
             .context("cannot draw")?;

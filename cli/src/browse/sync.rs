@@ -8,6 +8,11 @@
 //!   the app to reload a visible listing. The watch is set before the
 //!   listing is read, so no change can slip between the two; collapsing a
 //!   node removes its watch (and those of its open descendants).
+//! * Every collapsed node on screen holds the same kind of watch, so its
+//!   marker and child count follow its children: at most a screenful
+//!   (bounded by `ROWS_WATCHED_MAX`), traded as the list scrolls, through a
+//!   `tokio::sync::watch` channel that keeps only the latest screen. See
+//!   `watches` for why one owner keeps both kinds.
 //! * The selected node's data is followed with a one-shot data watch,
 //!   renewed with each reload. A persistent watch of its parent does not see
 //!   data changes of children, and one persistent watch per selected row
@@ -15,7 +20,9 @@
 //!   `tokio::sync::watch` channel that keeps only the latest selection, so
 //!   scrolling quickly over a slow link loads only where the cursor stops.
 //!   Its ACL is read after each data load (nothing fires when an ACL
-//!   changes, so `r` or the next data change shows a new one).
+//!   changes, so `r` or the next data change shows a new one). Its stat also
+//!   follows its children: the node is on screen, so watched as above, and
+//!   the app reloads it when that watch reports its children changed.
 //! * Connection changes are forwarded; the client sets every watch again
 //!   after a reconnect, and the app reloads what it shows.
 //!
@@ -24,10 +31,11 @@
 //! `try_send`: the app never waits on the loader, and the loader may wait on
 //! the app's (bounded) message queue without the two ever deadlocking.
 
-use arbor_client::{AddWatchMode, Client, PersistentWatch, WatcherKind};
+use arbor_client::{Client, WatcherKind};
 use tokio::sync::{mpsc, watch};
 
 use super::app::{App, Message, Request, DATA_KEPT_BYTES_MAX};
+use super::watches::Watches;
 
 /// Most tree requests waiting for the loader; more are refused (the app
 /// tells the user) rather than queued without bound.
@@ -42,6 +50,7 @@ pub const MESSAGES_MAX: usize = 256;
 pub struct Loader {
     requests: mpsc::Sender<Request>,
     selection: watch::Sender<Option<String>>,
+    rows: watch::Sender<Vec<String>>,
 }
 
 impl Loader {
@@ -50,12 +59,14 @@ impl Loader {
     pub fn start(client: Client, messages: mpsc::Sender<Message>) -> Loader {
         let (requests, receiver) = mpsc::channel(REQUESTS_MAX);
         let (selection, selected) = watch::channel(None);
-        tokio::spawn(serve(client.clone(), receiver, messages.clone()));
+        let (rows, shown) = watch::channel(Vec::new());
+        tokio::spawn(serve(client.clone(), receiver, shown, messages.clone()));
         tokio::spawn(follow(client.clone(), selected, messages.clone()));
         tokio::spawn(forward_states(client, messages));
         Loader {
             requests,
             selection,
+            rows,
         }
     }
 
@@ -63,10 +74,17 @@ impl Loader {
     /// are given back to the app.
     pub fn dispatch(&self, app: &mut App, requests: Vec<Request>) {
         for request in requests {
-            if let Request::Select(path) = request {
-                // Replaces any selection not yet acted on.
-                self.selection.send_replace(path);
-                continue;
+            // Each replaces any value not yet acted on.
+            match request {
+                Request::Select(path) => {
+                    self.selection.send_replace(path);
+                    continue;
+                }
+                Request::WatchRows(rows) => {
+                    self.rows.send_replace(rows);
+                    continue;
+                }
+                _ => {}
             }
             match self.requests.try_send(request) {
                 Ok(()) => {}
@@ -77,29 +95,36 @@ impl Loader {
     }
 }
 
-/// Runs tree requests and writes, in order.
+/// Runs tree requests and writes, in order, and keeps the watches of the
+/// rows on screen.
 async fn serve(
     client: Client,
     mut requests: mpsc::Receiver<Request>,
+    mut rows: watch::Receiver<Vec<String>>,
     messages: mpsc::Sender<Message>,
 ) {
-    while let Some(request) = requests.recv().await {
+    let mut watches = Watches::new(client.clone(), messages.clone());
+    loop {
+        let request = tokio::select! {
+            request = requests.recv() => match request {
+                Some(request) => request,
+                None => return,
+            },
+            changed = rows.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let shown = rows.borrow_and_update().clone();
+                if !watches.set_rows(shown).await {
+                    return;
+                }
+                continue;
+            }
+        };
         let message = match request {
             Request::Expand(path) => {
-                match client.watch(&path, AddWatchMode::Persistent).await {
-                    Ok(stream) => {
-                        tokio::spawn(forward_events(stream, path.clone(), messages.clone()));
-                    }
-                    // Still list it; the app says it is not live.
-                    Err(error) => {
-                        let ended = Message::WatchEnded {
-                            path: path.clone(),
-                            error,
-                        };
-                        if messages.send(ended).await.is_err() {
-                            return;
-                        }
-                    }
+                if !watches.expand(&path).await {
+                    return;
                 }
                 let result = client.get_children_with_stat(&path).await;
                 Message::Children { path, result }
@@ -108,15 +133,12 @@ async fn serve(
                 let result = client.get_children_with_stat(&path).await;
                 Message::Children { path, result }
             }
+            Request::Stat(path) => {
+                let result = client.exists(&path).await;
+                Message::Stat { path, result }
+            }
             Request::Unwatch(paths) => {
-                for path in paths {
-                    // NoWatcher (already gone, e.g. after a reconnect to a
-                    // node deleted meanwhile) needs no action.
-                    client
-                        .remove_watches(&path, WatcherKind::Persistent)
-                        .await
-                        .ok();
-                }
+                watches.collapse(paths).await;
                 continue;
             }
             Request::SetData {
@@ -131,35 +153,11 @@ async fn serve(
                 let result = client.delete(&path, Some(version)).await;
                 Message::Deleted { path, result }
             }
-            // Routed to `follow` by `Loader::dispatch`.
-            Request::Select(_) => continue,
+            // Routed to `follow` and to the rows above by `Loader::dispatch`.
+            Request::Select(_) | Request::WatchRows(_) => continue,
         };
         if messages.send(message).await.is_err() {
             return;
-        }
-    }
-}
-
-/// Passes one expanded node's watch events to the app, then why it ended.
-async fn forward_events(
-    mut stream: PersistentWatch,
-    path: String,
-    messages: mpsc::Sender<Message>,
-) {
-    loop {
-        match stream.next().await {
-            Ok(event) => {
-                if messages.send(Message::Event(event)).await.is_err() {
-                    return;
-                }
-            }
-            Err(error) => {
-                messages
-                    .send(Message::WatchEnded { path, error })
-                    .await
-                    .ok();
-                return;
-            }
         }
     }
 }

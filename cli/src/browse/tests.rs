@@ -354,14 +354,25 @@ fn browse_reloads_coalesce() {
             zxid: 1,
         })
     };
-    assert_eq!(app.apply(changed()), vec![Request::Reload("/".to_owned())]);
-    assert!(app.apply(changed()).is_empty());
-    assert!(app.apply(changed()).is_empty());
+    // Only the reloads: the root is also the selected node, whose stat is
+    // reloaded through the selection (which keeps only the latest).
+    let reloads = |requests: Vec<Request>| -> Vec<Request> {
+        requests
+            .into_iter()
+            .filter(|request| matches!(request, Request::Reload(_)))
+            .collect()
+    };
+    assert_eq!(
+        reloads(app.apply(changed())),
+        vec![Request::Reload("/".to_owned())]
+    );
+    assert!(reloads(app.apply(changed())).is_empty());
+    assert!(reloads(app.apply(changed())).is_empty());
     let landed = app.apply(Message::Children {
         path: "/".to_owned(),
         result: Ok((vec![entry("alpha", 0)], stat(1, 0, 0))),
     });
-    assert_eq!(landed, vec![Request::Reload("/".to_owned())]);
+    assert_eq!(reloads(landed), vec![Request::Reload("/".to_owned())]);
 }
 
 // Proves drawing never panics, whatever the terminal size and dialog.
@@ -613,8 +624,9 @@ async fn browse_delete_on_server() {
     .await;
 }
 
-// Proves loading the root fetches nothing below it: no deeper node is held
-// and every listing requested was the root's.
+// Proves loading the root fetches nothing below it: no deeper node is held,
+// every listing requested was the root's, and the rows watched are the
+// root's children on screen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browse_loads_lazily() {
     let server = TemporaryServer::start().await.expect("server starts");
@@ -642,6 +654,7 @@ async fn browse_loads_lazily() {
         match request {
             Request::Expand(path) | Request::Reload(path) => assert_eq!(path, "/"),
             Request::Select(path) => assert_eq!(path.as_deref(), Some("/")),
+            Request::WatchRows(rows) => assert_eq!(rows, &["/deep"]),
             other => panic!("unexpected request {other:?}"),
         }
     }
@@ -652,10 +665,15 @@ async fn browse_loads_lazily() {
     live.press(key('l'));
     live.until("/deep listed", on_screen("▸ a (1)")).await;
     assert!(live.app.tree().get("/deep/a/b").is_none());
+    let before = live.requested.len();
     live.press(key('h'));
+    // Its own watch stays, as a collapsed row on screen; its children's go.
     assert_eq!(
-        live.requested.last(),
-        Some(&Request::Unwatch(vec!["/deep".to_owned()]))
+        live.requested[before..],
+        [
+            Request::Unwatch(vec!["/deep".to_owned()]),
+            Request::WatchRows(vec!["/deep".to_owned()]),
+        ]
     );
     assert!(live.app.tree().get("/deep/a").is_none());
 }
@@ -678,4 +696,121 @@ fn browse_title_counts_down_an_outage() {
     app.apply(Message::Connection(ConnectionState::Reconnected));
     assert!(app.outage().is_none());
     assert!(screen(&app).contains("connected"));
+}
+
+fn children_changed(path: &str) -> Message {
+    Message::Event(arbor_client::WatchEvent {
+        event_type: arbor_client::EventType::NodeChildrenChanged,
+        path: path.to_owned(),
+        zxid: 1,
+    })
+}
+
+// Proves the collapsed rows on screen are handed to the loader to watch,
+// and that a children change of one (not the selected one) reads its stat
+// again, coalesced, and turns its leaf marker into an expandable one.
+#[test]
+fn browse_collapsed_rows_follow_their_children() {
+    let mut app = loaded_app();
+    let requests = app.set_page_rows(10);
+    assert!(requests.is_empty(), "the rows were sent with the listing");
+    assert!(screen(&app).contains("│  · beta"));
+    assert_eq!(
+        app.apply(children_changed("/beta")),
+        vec![Request::Stat("/beta".to_owned())]
+    );
+    assert!(app.apply(children_changed("/beta")).is_empty(), "coalesced");
+    let again = app.apply(Message::Stat {
+        path: "/beta".to_owned(),
+        result: Ok(Some(stat(1, 0, 0))),
+    });
+    assert_eq!(again, vec![Request::Stat("/beta".to_owned())]);
+    let text = screen(&app);
+    assert!(text.contains("│  ▸ beta (1)"), "{text}");
+    app.apply(Message::Stat {
+        path: "/beta".to_owned(),
+        result: Ok(Some(stat(0, 0, 0))),
+    });
+    assert!(screen(&app).contains("│  · beta"));
+
+    // Only the first page's rows are watched, none expanded.
+    let mut app = loaded_app();
+    let requests = app.set_page_rows(2);
+    assert_eq!(
+        requests,
+        vec![Request::WatchRows(vec!["/alpha".to_owned()])]
+    );
+}
+
+// Proves the listing that brings the rows asks the loader to watch them,
+// and a children change of the selected node reloads its data and stat.
+#[test]
+fn browse_selected_node_reloads_on_children_change() {
+    let mut app = App::new("test");
+    app.start();
+    let landed = app.apply(Message::Children {
+        path: "/".to_owned(),
+        result: Ok((vec![entry("beta", 0), entry("alpha", 2)], stat(2, 0, 0))),
+    });
+    assert!(landed.contains(&Request::WatchRows(vec![
+        "/alpha".to_owned(),
+        "/beta".to_owned()
+    ])));
+    select_loaded(&mut app, "/beta", b"", stat(0, 0, 0));
+    assert!(screen(&app).contains("num_children     0"));
+    assert_eq!(
+        app.apply(children_changed("/beta")),
+        vec![Request::Select(Some("/beta".to_owned()))]
+    );
+    app.apply(Message::Data {
+        path: "/beta".to_owned(),
+        result: Ok((Vec::new(), stat(1, 0, 0))),
+    });
+    let text = screen(&app);
+    assert!(text.contains("num_children     1"), "{text}");
+    assert!(text.contains("▸ beta (1)"), "{text}");
+    // A row's stat read that differs from the data shown reloads it too.
+    assert_eq!(
+        app.apply(Message::Stat {
+            path: "/beta".to_owned(),
+            result: Ok(Some(stat(2, 0, 0))),
+        }),
+        vec![Request::Select(Some("/beta".to_owned()))]
+    );
+}
+
+// Proves, against a real server, that a collapsed row (not selected) turns
+// expandable when a child is created under it elsewhere and a leaf again
+// when it goes, and that the selected collapsed node's stat follows too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browse_rows_follow_grandchildren_on_server() {
+    let server = TemporaryServer::start().await.expect("server starts");
+    let other = other_client(&server).await;
+    for path in ["/app", "/app/leaf", "/other"] {
+        other
+            .create(path, b"".to_vec(), CreateMode::Persistent)
+            .await
+            .expect("created");
+    }
+    let mut live = Live::start(server.addr()).await;
+    live.until("the root listing", on_screen("▸ app (1)")).await;
+    live.select("/app").await;
+    live.press(key('l'));
+    live.until("/app listed", on_screen("· leaf")).await;
+    live.select("/other").await;
+
+    other
+        .create("/app/leaf/kid", b"".to_vec(), CreateMode::Persistent)
+        .await
+        .expect("created");
+    live.until("the leaf to open", on_screen("▸ leaf (1)"))
+        .await;
+    other
+        .create("/other/kid", b"".to_vec(), CreateMode::Persistent)
+        .await
+        .expect("created");
+    live.until("the selected stat", on_screen("num_children     1"))
+        .await;
+    other.delete("/app/leaf/kid", None).await.expect("deleted");
+    live.until("the leaf again", on_screen("· leaf")).await;
 }
