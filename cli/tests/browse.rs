@@ -210,6 +210,20 @@ impl Other {
             .unwrap_or_else(|error| panic!("create {path}: {error}"));
     }
 
+    fn set(&self, path: &str, data: &[u8]) {
+        self.runtime
+            .block_on(self.client.set_data(path, data.to_vec(), None))
+            .unwrap_or_else(|error| panic!("set {path}: {error}"));
+    }
+
+    fn get(&self, path: &str) -> (Vec<u8>, i32) {
+        let (data, stat) = self
+            .runtime
+            .block_on(self.client.get_data(path))
+            .unwrap_or_else(|error| panic!("get {path}: {error}"));
+        (data, stat.version)
+    }
+
     fn delete(&self, path: &str) {
         self.runtime
             .block_on(self.client.delete(path, None))
@@ -312,5 +326,40 @@ fn browse_leaf_marker_follows_grandchildren() {
         tree_row(screen, "leaf").as_deref() == Some("· leaf")
     });
     assert_eq!(browser.row_of("sibling").as_deref(), Some("· sibling"));
+    browser.quit();
+}
+
+// Proves an edit that loses the race keeps the user's text: the dialog
+// shows the server's new data beside it, and `o` writes it over that
+// version (conditionally, so the server ends with the user's text at the
+// next version).
+#[test]
+fn browse_conflicting_edit_keeps_the_text_and_overwrites() {
+    let server = TestServer::start();
+    let other = Other::connect(&server);
+    other.create("/cfg", b"v1");
+    let mut browser = Browser::start(&server);
+    browser.select("/cfg");
+    wait_for_field(&browser, "/cfg", "version", "0");
+
+    browser.press("e");
+    browser.wait_for("the editor", &["Edit /cfg (version 0)"]);
+    other.set("/cfg", b"theirs");
+    wait_for_field(&browser, "/cfg", "version", "1");
+    browser.press("-mine\r");
+    browser.wait_for(
+        "the conflict",
+        &[
+            "/cfg changed while you edited it",
+            "server (version 1): theirs",
+            "yours:  v1-mine",
+        ],
+    );
+    assert_eq!(other.get("/cfg"), (b"theirs".to_vec(), 1));
+
+    browser.press("o");
+    browser.wait_for("the save", &["saved /cfg (version 2)"]);
+    assert_eq!(other.get("/cfg"), (b"v1-mine".to_vec(), 2));
+    wait_for_field(&browser, "/cfg", "version", "2");
     browser.quit();
 }

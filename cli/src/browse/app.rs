@@ -156,6 +156,14 @@ pub enum Mode {
         version: i32,
         input: LineInput,
     },
+    /// A save was refused because the node changed while it was edited:
+    /// the user's text is kept until they choose what to do with it.
+    Conflict {
+        path: String,
+        mine: String,
+        /// The version the save expected.
+        refused: i32,
+    },
 }
 
 /// The status line.
@@ -197,6 +205,8 @@ pub struct App {
     stat_loading: HashSet<String>,
     /// Collapsed nodes that changed while their stat read was in flight.
     stat_stale: HashSet<String>,
+    /// The text of the save in flight, kept for a conflict.
+    saving: Option<(String, String, i32)>,
     quit: bool,
 }
 
@@ -224,6 +234,7 @@ impl App {
             rows_watched: Some(Vec::new()),
             stat_loading: HashSet::new(),
             stat_stale: HashSet::new(),
+            saving: None,
             quit: false,
         }
     }
@@ -351,17 +362,82 @@ impl App {
                     }
                 }
                 Edit::Cancel => self.set_status("edit cancelled".to_owned(), false),
-                Edit::Submit => {
-                    self.set_status(format!("saving {path}…"), false);
-                    out.push(Request::SetData {
-                        path,
-                        data: input.text().into_bytes(),
-                        version,
-                    });
-                }
+                Edit::Submit => self.save(path, input.text(), version, &mut out),
             },
+            Mode::Conflict {
+                path,
+                mine,
+                refused,
+            } => self.resolve_conflict(key, path, mine, refused, &mut out),
         }
         out
+    }
+
+    /// Sends `text` as the data of `path`, if it is still at `version`.
+    fn save(&mut self, path: String, text: String, version: i32, out: &mut Vec<Request>) {
+        self.set_status(format!("saving {path}…"), false);
+        self.saving = Some((path.clone(), text.clone(), version));
+        out.push(Request::SetData {
+            path,
+            data: text.into_bytes(),
+            version,
+        });
+    }
+
+    /// A key in the conflict dialog: [o]verwrite the version now shown
+    /// (still conditional: a third change is another conflict), [e]dit the
+    /// kept text again (or Esc), or [r]eload, dropping it.
+    fn resolve_conflict(
+        &mut self,
+        key: KeyEvent,
+        path: String,
+        mine: String,
+        refused: i32,
+        out: &mut Vec<Request>,
+    ) {
+        let current = self.conflict_version(&path, refused);
+        match (key.code, current) {
+            (KeyCode::Char('o' | 'O'), Some(version)) => self.save(path, mine, version, out),
+            (KeyCode::Char('e' | 'E') | KeyCode::Esc, Some(version)) => {
+                self.mode = Mode::Edit {
+                    path,
+                    version,
+                    input: LineInput::new(&mine),
+                };
+            }
+            (KeyCode::Char('r' | 'R'), _) => {
+                self.set_status(
+                    format!("kept the server's {path}; your text dropped"),
+                    false,
+                );
+            }
+            (KeyCode::Char('o' | 'O' | 'e' | 'E') | KeyCode::Esc, None) => {
+                self.set_status(format!("reading the current {path}…"), false);
+                self.mode = Mode::Conflict {
+                    path,
+                    mine,
+                    refused,
+                };
+            }
+            _ => {
+                self.mode = Mode::Conflict {
+                    path,
+                    mine,
+                    refused,
+                }
+            }
+        }
+    }
+
+    /// The version of `path` the node panel shows, once it shows one newer
+    /// than the save expected (until the reload lands it shows that one).
+    pub fn conflict_version(&self, path: &str, refused: i32) -> Option<i32> {
+        match &self.detail {
+            Detail::Loaded {
+                path: shown, stat, ..
+            } if shown == path && stat.version != refused => Some(stat.version),
+            _ => None,
+        }
     }
 
     fn act(&mut self, action: Action, out: &mut Vec<Request>) {
@@ -747,16 +823,41 @@ impl App {
                     }
                 }
             },
-            Message::Saved { path, result } => match result {
-                Ok(stat) => {
-                    self.set_status(format!("saved {path} (version {})", stat.version), false)
+            Message::Saved { path, result } => {
+                let mine = match self.saving.take() {
+                    Some((saved, text, version)) if saved == path => Some((text, version)),
+                    other => {
+                        self.saving = other;
+                        None
+                    }
+                };
+                match (result, mine) {
+                    (Ok(stat), _) => {
+                        self.set_status(format!("saved {path} (version {})", stat.version), false)
+                    }
+                    // The dialog needs the node panel on the node, and no
+                    // other dialog open.
+                    (Err(Error::BadVersion { .. }), Some((mine, refused)))
+                        if self.following.as_deref() == Some(path.as_str())
+                            && matches!(self.mode, Mode::Browse) =>
+                    {
+                        self.set_status(format!("{path} changed meanwhile"), true);
+                        self.reselect(&path, &mut out);
+                        self.mode = Mode::Conflict {
+                            path,
+                            mine,
+                            refused,
+                        };
+                    }
+                    (Err(Error::BadVersion { .. }), _) => {
+                        self.set_status(format!("{path} changed meanwhile, reloaded"), true);
+                        self.reselect(&path, &mut out);
+                    }
+                    (Err(error), _) => {
+                        self.set_status(format!("cannot save {path}: {error}"), true)
+                    }
                 }
-                Err(Error::BadVersion { .. }) => {
-                    self.set_status(format!("{path} changed meanwhile, reloaded"), true);
-                    self.reselect(&path, &mut out);
-                }
-                Err(error) => self.set_status(format!("cannot save {path}: {error}"), true),
-            },
+            }
             Message::Deleted { path, result } => match result {
                 Ok(()) => self.set_status(format!("deleted {path}"), false),
                 Err(Error::BadVersion { .. }) => {

@@ -565,12 +565,55 @@ async fn browse_edit_saves_on_server() {
     live.press(code(KeyCode::Enter));
     live.until(
         "the conflict",
-        on_screen("/cfg changed meanwhile, reloaded"),
+        on_screen("/cfg changed while you edited it"),
     )
     .await;
-    live.until("the reload", on_screen("theirs")).await;
+    live.until("their version", on_screen("server (version 2): theirs"))
+        .await;
+    assert!(screen(&live.app).contains("yours:  v2!"));
     let (data, _) = other.get_data("/cfg").await.expect("read");
     assert_eq!(data, b"theirs");
+
+    // `e` edits the kept text again, now against their version.
+    live.press(key('e'));
+    assert!(
+        matches!(live.app.mode(), Mode::Edit { version: 2, input, .. } if input.text() == "v2!"),
+        "{:?}",
+        live.app.mode()
+    );
+    live.press(code(KeyCode::Enter));
+    live.until("the save", on_screen("saved /cfg (version 3)"))
+        .await;
+    let (data, _) = other.get_data("/cfg").await.expect("read");
+    assert_eq!(data, b"v2!");
+
+    // `r` keeps the server's data and drops the text.
+    live.until(
+        "the panel to follow",
+        |app| matches!(app.detail(), Detail::Loaded { stat, .. } if stat.version == 3),
+    )
+    .await;
+    live.press(key('e'));
+    other
+        .set_data("/cfg", b"again".to_vec(), None)
+        .await
+        .expect("set");
+    live.press(key('?'));
+    live.press(code(KeyCode::Enter));
+    live.until("their version", on_screen("server (version 4): again"))
+        .await;
+    live.press(key('r'));
+    assert!(matches!(live.app.mode(), Mode::Browse));
+    assert!(screen(&live.app).contains("kept the server's /cfg"));
+    let (data, stat) = other.get_data("/cfg").await.expect("read");
+    assert_eq!((data.as_slice(), stat.version), (&b"again"[..], 4));
+    // Only the refused save sent it.
+    let sent = live
+        .requested
+        .iter()
+        .filter(|request| matches!(request, Request::SetData { data, .. } if data == b"v2!?"))
+        .count();
+    assert_eq!(sent, 1);
 }
 
 // Proves the loader reads the selected node's ACL from the server, digests

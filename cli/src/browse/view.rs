@@ -77,6 +77,11 @@ pub fn draw(frame: &mut Frame, app: &App) {
             version,
             input,
         } => draw_editor(frame, path, *version, input),
+        Mode::Conflict {
+            path,
+            mine,
+            refused,
+        } => draw_conflict(frame, app, path, mine, *refused),
     }
 }
 
@@ -390,6 +395,35 @@ fn draw_editor(frame: &mut Frame, path: &str, version: i32, input: &super::input
         hint_area,
     );
     set_cursor(frame, line_area, cursor);
+}
+
+/// The server's version beside the user's, and the three ways on.
+fn draw_conflict(frame: &mut Frame, app: &App, path: &str, mine: &str, refused: i32) {
+    let theirs = match (app.detail(), app.conflict_version(path, refused)) {
+        (Detail::Loaded { data, .. }, Some(version)) => {
+            format!("server (version {version}): {}", data::human(data))
+        }
+        _ => "server: reading the new version…".to_owned(),
+    };
+    let lines = vec![
+        Line::raw(theirs),
+        Line::raw(format!("yours:  {mine}")),
+        Line::styled(
+            "o overwrite with yours · e edit yours again · r keep the server's",
+            Style::new().fg(Color::DarkGray),
+        ),
+    ];
+    let screen = frame.area();
+    let area = centered(screen, screen.width.saturating_sub(4).max(1), 5);
+    let title = format!(
+        " {} changed while you edited it ",
+        data::human(path.as_bytes())
+    );
+    frame.render_widget(Clear, area);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(title)),
+        area,
+    );
 }
 
 /// Puts the terminal cursor `column` cells into `area`, if that is inside.
