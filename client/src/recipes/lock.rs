@@ -31,6 +31,7 @@ use std::time::Duration;
 use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
+use crate::recipes::fenced::Fenced;
 use crate::recipes::{
     create_protected, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
 };
@@ -225,6 +226,32 @@ impl Guard {
     /// The lock node's path.
     pub fn node(&self) -> &str {
         self.node.path()
+    }
+
+    /// A transaction that commits only while this lock is held: the server
+    /// checks the lock node in the same step (see [`Fenced`]), so a holder
+    /// that lost the lock — paused past its session, or evicted — cannot
+    /// write. [`Fenced::via`] sends it through another client.
+    ///
+    /// ```
+    /// use arbor_client::{recipes::{FencedError, Mutex}, CreateMode};
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # client.create("/config", b"v1".to_vec(), CreateMode::Persistent).await?;
+    /// let guard = Mutex::new(&client, "/locks/config").lock().await?;
+    /// guard.fenced().set_data("/config", b"v2".to_vec(), None).commit().await?;
+    ///
+    /// // Once the lock node is gone, the same write is refused whole.
+    /// let fenced = guard.fenced().set_data("/config", b"v3".to_vec(), None);
+    /// client.delete(guard.node(), None).await?;
+    /// assert!(matches!(fenced.commit().await, Err(FencedError::GrantLost { .. })));
+    /// assert_eq!(client.get_data("/config").await?.0, b"v2");
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced(&self) -> Fenced {
+        Fenced::new(self.node.client(), self.node.path())
     }
 
     /// Resolves when this holder may have lost the lock: the connection is

@@ -4,6 +4,8 @@
 //! * [`Mutex`] — a fair lock whose waiters watch only their predecessor, and
 //!   whose grants carry fencing tokens.
 //! * [`Fence`] — the check a protected resource makes on those tokens.
+//! * [`Fenced`] — a write to Arbor itself that commits only while the grant
+//!   guarding it (a lock, a lease, a claim) still stands.
 //! * [`RwLock`] — a fair read-write lock: readers share, writers exclude,
 //!   grants follow arrival order, and a reader waits only for the nearest
 //!   writer ahead of it.
@@ -14,6 +16,7 @@
 
 mod election;
 mod fence;
+mod fenced;
 pub mod inspect;
 mod lock;
 mod rwlock;
@@ -24,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use election::{Election, ElectionError, LeaderInfo, Leadership, Observer};
 pub use fence::{Fence, FencingToken, StaleToken};
+pub use fenced::{Fenced, FencedError};
 pub use lock::{Guard, Mutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 
