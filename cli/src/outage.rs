@@ -71,8 +71,13 @@ pub fn report_on_stderr(client: &Client, out: &Output) -> Reporter {
         // A closed stderr loses the line, nothing more.
         writeln!(std::io::stderr(), "{}", out.error_line(message)).ok();
     };
+    // The loss may have come before the subscription: it sent no change.
+    let mut outage = (client.state() == ConnectionState::Suspended).then(|| {
+        let began = Outage::began(Instant::now(), session_timeout);
+        warn(&began.message(Instant::now()));
+        began
+    });
     Reporter(tokio::spawn(async move {
-        let mut outage: Option<Outage> = None;
         loop {
             let next = match outage {
                 Some(_) => tokio::time::timeout(REPORT_INTERVAL, states.next()).await,

@@ -424,10 +424,17 @@ fn audited_exit_codes() {
 
 /// The sessions the server holds now, from its admin port's `stat`.
 fn sessions(server: &TestServer) -> u64 {
+    stat_figure(server, "sessions")
+}
+
+/// A count from the server's `/commands/stat`.
+fn stat_figure(server: &TestServer, name: &str) -> u64 {
     let (status, body) = server.admin_get("/commands/stat");
     assert_eq!(status, 200, "{body}");
     let stat: Value = serde_json::from_str(&body).expect("stat is JSON");
-    stat["sessions"].as_u64().expect("a session count")
+    stat[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in {stat}"))
 }
 
 // Proves a one-shot command closes its session on every exit path: success, failures (no node, node exists, a
@@ -593,12 +600,13 @@ fn lines_of(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<Strin
 /// Waits up to `within` for a line of `lines` that contains `text`.
 fn wait_for_line(lines: &mpsc::Receiver<String>, text: &str, within: Duration) -> String {
     let deadline = std::time::Instant::now() + within;
+    let mut seen = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match lines.recv_timeout(left) {
             Ok(line) if line.contains(text) => return line,
-            Ok(_) => {}
-            Err(_) => panic!("no line with {text:?} within {within:?}"),
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no line with {text:?} within {within:?}; saw {seen:#?}"),
         }
     }
 }
@@ -618,9 +626,11 @@ fn watch_survives_a_server_restart() {
         .expect("the arbor binary runs");
     let events = lines_of(watcher.stdout.take().expect("stdout is piped"));
     let notes = lines_of(watcher.stderr.take().expect("stderr is piped"));
+    // Killed once the watch is set, so the test is about riding out a
+    // restart, not about connecting.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while sessions(&server) == 0 {
-        assert!(std::time::Instant::now() < deadline, "the watch connects");
+    while stat_figure(&server, "watches") == 0 {
+        assert!(std::time::Instant::now() < deadline, "the watch is set");
         std::thread::sleep(Duration::from_millis(20));
     }
 
