@@ -27,6 +27,7 @@
 use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
+use crate::recipes::fenced::Fenced;
 use crate::recipes::{
     create_protected, delete_node, ensure_path, owned_stat, retrying, unique_prefix, until_lost,
     NodeCleanup,
@@ -199,6 +200,11 @@ impl Election {
     /// ```
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The client the election campaigns through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     /// Joins the election with `value` (what observers see: an address, a
@@ -475,6 +481,32 @@ impl Leadership {
     /// ```
     pub fn value(&self) -> &[u8] {
         &self.value
+    }
+
+    /// A transaction that commits only while this candidate leads: the
+    /// server checks its candidate node in the same step (see [`Fenced`]),
+    /// so a leader that lost leadership — paused past its session, or
+    /// evicted — cannot write, even if it has not noticed yet.
+    ///
+    /// ```
+    /// use arbor_client::{recipes::{Election, FencedError}, CreateMode};
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # client.create("/svc-epoch", b"0".to_vec(), CreateMode::Persistent).await?;
+    /// let leadership = Election::new(&client, "/election/svc").campaign("me").await?;
+    /// leadership.fenced().set_data("/svc-epoch", b"1".to_vec(), None).commit().await?;
+    ///
+    /// // Once the candidate node is gone, the leader's writes are refused.
+    /// let fenced = leadership.fenced().set_data("/svc-epoch", b"2".to_vec(), None);
+    /// client.delete(leadership.node(), None).await?;
+    /// assert!(matches!(fenced.commit().await, Err(FencedError::GrantLost { .. })));
+    /// assert_eq!(client.get_data("/svc-epoch").await?.0, b"1");
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced(&self) -> Fenced {
+        Fenced::new(self.node.client(), self.node.path())
     }
 
     /// Resolves when this leader may have lost leadership: the connection is

@@ -29,6 +29,7 @@ use std::time::Duration;
 use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
+use crate::recipes::fenced::Fenced;
 use crate::recipes::{
     create_protected, delete_node, ensure_path, owned_stat, retrying, unique_prefix, until_lost,
     LockError, NodeCleanup,
@@ -425,6 +426,27 @@ impl ReadGuard {
         self.held.node.path()
     }
 
+    /// A transaction that commits only while this read grant stands (see
+    /// [`Fenced`]): the server checks the reader's node in the same step.
+    /// Other readers may hold the lock too, so this fences against losing
+    /// the grant, not against other readers' writes.
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # let guard = arbor_client::recipes::RwLock::new(&client, "/doc/rwlock").read().await?;
+    /// use arbor_client::CreateMode;
+    /// // Record what this reader saw, only while its grant stands.
+    /// let mode = CreateMode::PersistentSequential;
+    /// guard.fenced().create("/read-log-", b"v1".to_vec(), mode).commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced(&self) -> Fenced {
+        Fenced::new(self.held.node.client(), self.held.node.path())
+    }
+
     /// Resolves when this reader may have lost the lock (the connection is
     /// suspended, the session expired, or the client closed), with that
     /// state. Stop trusting what was read under the lock when it fires.
@@ -493,6 +515,33 @@ impl WriteGuard {
     /// ```
     pub fn node(&self) -> &str {
         self.held.node.path()
+    }
+
+    /// A transaction that commits only while this writer holds the lock:
+    /// the server checks the writer's node in the same step (see
+    /// [`Fenced`]), so a writer that lost the lock — paused past its
+    /// session, or evicted — cannot write. [`Fenced::via`] sends it through
+    /// another client.
+    ///
+    /// ```
+    /// use arbor_client::{recipes::{FencedError, RwLock}, CreateMode};
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// # client.create("/config", b"v1".to_vec(), CreateMode::Persistent).await?;
+    /// let guard = RwLock::new(&client, "/locks/config").write().await?;
+    /// guard.fenced().set_data("/config", b"v2".to_vec(), None).commit().await?;
+    ///
+    /// // Once the writer's node is gone, the same write is refused whole.
+    /// let fenced = guard.fenced().set_data("/config", b"v3".to_vec(), None);
+    /// client.delete(guard.node(), None).await?;
+    /// assert!(matches!(fenced.commit().await, Err(FencedError::GrantLost { .. })));
+    /// assert_eq!(client.get_data("/config").await?.0, b"v2");
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced(&self) -> Fenced {
+        Fenced::new(self.held.node.client(), self.held.node.path())
     }
 
     /// Resolves when this writer may have lost the lock (the connection is
