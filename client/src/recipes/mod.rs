@@ -11,6 +11,9 @@
 //!   writer ahead of it.
 //! * [`Election`] — leader election (etcd's `Campaign`/`Resign`/`Leader`/
 //!   `Observe`): candidates queue, each watching only its predecessor.
+//! * [`Queue`] — a distributed priority queue (FIFO within a priority):
+//!   each item taken exactly once, its result written in the same fenced
+//!   transaction that removes it.
 //! * [`inspect`] — reading any of those queues from outside: holders,
 //!   fencing tokens, waiters in order.
 
@@ -19,6 +22,7 @@ mod fence;
 mod fenced;
 pub mod inspect;
 mod lock;
+mod queue;
 mod rwlock;
 
 use std::collections::hash_map::RandomState;
@@ -29,6 +33,10 @@ pub use election::{Election, ElectionError, LeaderInfo, Leadership, Observer};
 pub use fence::{Fence, FencingToken, StaleToken};
 pub use fenced::{Fenced, FencedError};
 pub use lock::{Guard, Mutex};
+pub use queue::{
+    CompleteError, Completion, Job, Priority, Queue, QueueError, DEFAULT_PRIORITY,
+    ITEMS_EXAMINED_MAX, ITEMS_MAX,
+};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 
 use crate::{Acl, Client, ConnectionState, CreateMode, Error, SessionId};
