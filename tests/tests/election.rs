@@ -180,3 +180,93 @@ async fn a_waiting_candidate_and_an_observer_ride_out_a_server_restart() {
     let seen = within("observed", observer.next()).await.expect("observed");
     assert_eq!(seen.token, second.fencing_token());
 }
+
+/// Listings the server answered so far (`get_children` and
+/// `get_children_with_stat`, any result), from its `/metrics`.
+fn listings(server: &TestServer) -> u64 {
+    let (status, page) = server.admin_get("/metrics");
+    assert_eq!(status, 200, "/metrics answers");
+    page.lines()
+        .filter(|line| {
+            line.starts_with("arbor_requests_total{op=\"get_children\"")
+                || line.starts_with("arbor_requests_total{op=\"get_children_with_stat\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn fifty_candidates_one_wake_per_resignation_and_no_listing() {
+    // 50 candidates queue behind a leader: each resignation wakes only the
+    // next candidate, and no candidate lists the election's children.
+    const CANDIDATES: usize = 50;
+    let server = TestServer::start_with(&["--max-connections-per-ip", "100"]);
+    let first = client(&server).await;
+    let path = "/election/herd";
+    let leading = Election::new(&first, path)
+        .campaign("first")
+        .await
+        .expect("elected");
+    let listed_before = listings(&server);
+    let (elected_tx, mut elected_rx) = tokio::sync::mpsc::channel(64);
+    let (resign_tx, _) = tokio::sync::broadcast::channel::<usize>(64);
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..CANDIDATES {
+        let c = client(&server).await;
+        let election = Election::new(&c, path);
+        let elected_tx = elected_tx.clone();
+        let mut resign_rx = resign_tx.subscribe();
+        tasks.push(tokio::spawn(async move {
+            let leadership = election.campaign(format!("c{i}")).await.expect("elected");
+            elected_tx
+                .send((i, leadership.fencing_token()))
+                .await
+                .expect("reported");
+            while resign_rx.recv().await.expect("test alive") != i {}
+            leadership.resign().await.expect("resigned");
+        }));
+        clients.push(c);
+        // Queue in a known order, seen by the directory's stat.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while first
+            .exists(path)
+            .await
+            .expect("read")
+            .map_or(0, |stat| stat.num_children as usize)
+            != i + 2
+        {
+            assert!(tokio::time::Instant::now() < deadline, "queued in time");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let events =
+        |clients: &[Client]| -> u64 { clients.iter().map(|c| c.watch_events_received()).sum() };
+    let mut before = events(&clients);
+    let mut last_token = leading.fencing_token();
+    leading.resign().await.expect("resigned");
+    for want in 0..CANDIDATES {
+        let (i, token) = within("the next leader", elected_rx.recv())
+            .await
+            .expect("a leader");
+        assert_eq!(i, want, "succession follows arrival order");
+        assert!(token > last_token, "tokens grow");
+        last_token = token;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let after = events(&clients);
+        assert_eq!(after - before, 1, "one wake for the resignation before {i}");
+        before = after;
+        let _ = resign_tx.send(i);
+    }
+    for task in tasks {
+        within("the candidate ends", task).await.expect("joins");
+    }
+    assert_eq!(
+        listings(&server) - listed_before,
+        0,
+        "no candidate listed the election"
+    );
+    // The count can move: one listing shows in it.
+    first.get_children(path).await.expect("listed");
+    assert_eq!(listings(&server) - listed_before, 1, "a listing is counted");
+}

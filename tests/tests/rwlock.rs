@@ -206,8 +206,10 @@ async fn try_write_is_refused_while_a_reader_holds() {
         lock_b.write_timeout(Duration::from_millis(200)).await,
         Err(LockError::Timeout)
     ));
+    // The refused attempts removed their nodes (the timed-out one in the
+    // background: until then it is a writer queued ahead of any reader).
+    wait_for_children(&a, "/locks/try", 1).await;
     let shared = lock_b.try_read().await.expect("readers share");
-    // The refused attempts removed their nodes.
     wait_for_children(&a, "/locks/try", 2).await;
     shared.release().await.expect("released");
     let token = reading.fencing_token();
@@ -219,4 +221,128 @@ async fn try_write_is_refused_while_a_reader_holds() {
         Err(LockError::Locked)
     ));
     writing.release().await.expect("released");
+}
+
+/// Listings the server answered so far (`get_children` and
+/// `get_children_with_stat`, any result), from its `/metrics`.
+fn listings(server: &TestServer) -> u64 {
+    let (status, page) = server.admin_get("/metrics");
+    assert_eq!(status, 200, "/metrics answers");
+    page.lines()
+        .filter(|line| {
+            line.starts_with("arbor_requests_total{op=\"get_children\"")
+                || line.starts_with("arbor_requests_total{op=\"get_children_with_stat\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Waits until the lock's directory has `count` children, by its stat (not
+/// by listing it, which the test counts).
+async fn queued(client: &arbor_client::Client, path: &str, count: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while client
+        .exists(path)
+        .await
+        .expect("read")
+        .map_or(0, |stat| stat.num_children)
+        != count
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} queued in time"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn fifty_waiters_no_herd_and_no_listing() {
+    // 25 writers then 25 readers queue behind a writer: each release wakes
+    // only the contenders it unblocks (one writer, or all 25 readers after
+    // the last writer), and no contender ever lists the queue.
+    const WRITERS: usize = 25;
+    const READERS: usize = 25;
+    let server = TestServer::start_with(&["--max-connections-per-ip", "100"]);
+    let holder = client(&server).await;
+    let path = "/locks/herd";
+    let held = RwLock::new(&holder, path).write().await.expect("written");
+    let listed_before = listings(&server);
+    let (granted_tx, mut granted_rx) = mpsc::channel(64);
+    let (release_tx, _) = tokio::sync::broadcast::channel::<usize>(64);
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..WRITERS + READERS {
+        let c = client(&server).await;
+        let lock = RwLock::new(&c, path);
+        let granted_tx = granted_tx.clone();
+        let mut release_rx = release_tx.subscribe();
+        tasks.push(tokio::spawn(async move {
+            if i < WRITERS {
+                let guard = lock.write().await.expect("written");
+                granted_tx.send(i).await.expect("reported");
+                while release_rx.recv().await.expect("test alive") != i {}
+                guard.release().await.expect("released");
+            } else {
+                let guard = lock.read().await.expect("read");
+                granted_tx.send(i).await.expect("reported");
+                while release_rx.recv().await.expect("test alive") != i {}
+                guard.release().await.expect("released");
+            }
+        }));
+        clients.push(c);
+        // Queue in a known order.
+        queued(&holder, path, i as u32 + 2).await;
+    }
+    let events = |clients: &[arbor_client::Client]| -> u64 {
+        clients.iter().map(|c| c.watch_events_received()).sum()
+    };
+    let mut before = events(&clients);
+    held.release().await.expect("released");
+    for want in 0..WRITERS {
+        let i = tokio::time::timeout(Duration::from_secs(10), granted_rx.recv())
+            .await
+            .expect("granted in time")
+            .expect("a grant");
+        assert_eq!(i, want, "writers are granted in arrival order");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let after = events(&clients);
+        assert_eq!(
+            after - before,
+            1,
+            "one wake for the release before grant {i}"
+        );
+        before = after;
+        let _ = release_tx.send(i);
+    }
+    // The last writer's release unblocks every reader: each woke once.
+    let mut readers = std::collections::BTreeSet::new();
+    for _ in 0..READERS {
+        let i = tokio::time::timeout(Duration::from_secs(10), granted_rx.recv())
+            .await
+            .expect("granted in time")
+            .expect("a grant");
+        readers.insert(i);
+    }
+    assert_eq!(readers, (WRITERS..WRITERS + READERS).collect());
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        events(&clients) - before,
+        READERS as u64,
+        "the readers, and only they, woke"
+    );
+    for i in WRITERS..WRITERS + READERS {
+        let _ = release_tx.send(i);
+    }
+    for task in tasks {
+        granted(task).await;
+    }
+    assert_eq!(
+        listings(&server) - listed_before,
+        0,
+        "no contender listed the queue"
+    );
+    // The count can move: one listing shows in it.
+    holder.get_children(path).await.expect("listed");
+    assert_eq!(listings(&server) - listed_before, 1, "a listing is counted");
 }

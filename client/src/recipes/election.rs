@@ -9,7 +9,8 @@
 //!   when a leader dies.
 //! * Succession follows arrival order, and a waiting candidate watches only
 //!   the node just ahead of it, so a leader's departure wakes one candidate
-//!   (no herd).
+//!   (no herd). It finds that node with [`Client::children_below`] (its own
+//!   node and the one just ahead), never by listing the candidates.
 //! * The leader's fencing token is the creation zxid of its node: every
 //!   leader's token is larger than every earlier leader's.
 //! * Leadership is reported only after checking that the node is owned by
@@ -28,9 +29,9 @@ use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
 use crate::recipes::fenced::Fenced;
+use crate::recipes::lock::{Turn, TurnError};
 use crate::recipes::{
-    create_protected, delete_node, ensure_path, owned_stat, retrying, unique_prefix, until_lost,
-    NodeCleanup,
+    create_protected, delete_node, retrying, unique_prefix, until_lost, NodeCleanup,
 };
 use crate::{Acl, Client, ConnectionState, Error, OneshotWatch, SessionId};
 
@@ -227,49 +228,45 @@ impl Election {
     /// ```
     pub async fn campaign(&self, value: impl Into<Vec<u8>>) -> Result<Leadership, ElectionError> {
         let value = value.into();
-        retrying(&self.client, || {
-            ensure_path(&self.client, &self.path, &self.acl)
-        })
-        .await?;
         let prefix = unique_prefix();
-        let (cleanup, _stat) = create_protected(
-            &self.client,
-            &self.path,
-            &prefix,
-            CANDIDATE_NAME,
-            value.clone(),
-            &self.acl,
-        )
-        .await?;
+        // The create and a look at the top of the queue go out together (as
+        // the mutex does): an uncontested election costs one round trip.
+        let (created, top) = tokio::join!(
+            create_protected(
+                &self.client,
+                &self.path,
+                &prefix,
+                CANDIDATE_NAME,
+                value.clone(),
+                &self.acl,
+            ),
+            self.client.children_below(&self.path, u64::MAX, 2),
+        );
         // Dropping this future deletes the node, even mid-create.
+        let (cleanup, stat) = created?;
         let node = cleanup.path().to_owned();
-        loop {
-            let queue = retrying(&self.client, || candidates(&self.client, &self.path)).await?;
-            let Some(index) = queue
-                .iter()
-                .position(|name| path::join(&self.path, name) == node)
-            else {
-                // Our node is gone: the session expired (its ephemerals went).
-                return Err(Error::SessionExpired.into());
-            };
-            if index == 0 {
-                let token = match owned_stat(&self.client, &node).await? {
-                    Ok(stat) => stat.czxid,
-                    Err(owner) => return Err(ElectionError::NotOwner { node, owner }),
-                };
-                return Ok(Leadership {
-                    node: cleanup,
-                    token,
-                    value,
-                });
-            }
-            let predecessor = path::join(&self.path, &queue[index - 1]);
-            let (stat, watch) =
-                retrying(&self.client, || self.client.exists_watch(&predecessor)).await?;
-            if stat.is_some() {
-                // Any event (deleted, or a spurious wake) means: look again.
-                watch.await?;
-            }
+        let name = path::name(&node).to_owned();
+        let sequence = path::parse_sequence(&name)
+            .ok_or_else(|| Error::Protocol(format!("{node} has no sequence number")))?;
+        let turn = Turn {
+            client: &self.client,
+            dir: &self.path,
+            name: &name,
+            sequence,
+            // Only candidates queue; any other child is a stranger.
+            blocks: |other: &str| other.contains(CANDIDATE_NAME),
+            limit: 2,
+            resume_below_blocker: false,
+        };
+        match turn.wait(true, top.ok()).await {
+            Ok(()) => Ok(Leadership {
+                node: cleanup,
+                token: stat.czxid,
+                value,
+            }),
+            Err(TurnError::NotOwner(owner)) => Err(ElectionError::NotOwner { node, owner }),
+            Err(TurnError::Client(err)) => Err(err.into()),
+            Err(TurnError::Busy) => unreachable!("a campaign always waits"),
         }
     }
 

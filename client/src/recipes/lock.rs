@@ -33,7 +33,7 @@ use arbor_protocol::path;
 use crate::recipes::fence::FencingToken;
 use crate::recipes::fenced::Fenced;
 use crate::recipes::{
-    create_protected, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
+    create_protected, owned_stat, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
 };
 use crate::{Acl, Client, ConnectionState, Error};
 
@@ -281,4 +281,140 @@ impl Guard {
     pub async fn release(self) -> Result<(), LockError> {
         self.node.delete_now().await.map_err(LockError::from)
     }
+}
+
+/// How many nodes a reader asks for per look while it searches for the
+/// nearest writer ahead of it (the server's cap on one look).
+pub(crate) const SCAN_PAGE: u32 = arbor_protocol::CHILDREN_BELOW_MAX;
+
+/// How a contender other than the mutex (a reader, a writer, a candidate)
+/// waits in its queue, looking only at the nodes that matter to it.
+pub(crate) struct Turn<'a, B> {
+    pub(crate) client: &'a Client,
+    /// The queue's directory.
+    pub(crate) dir: &'a str,
+    /// Our node's name and sequence number.
+    pub(crate) name: &'a str,
+    pub(crate) sequence: u64,
+    /// Whether a node (by name) ahead of ours keeps us waiting.
+    pub(crate) blocks: B,
+    /// Nodes per look: 2 (ours and the one just ahead) when only the
+    /// nearest contender matters, [`SCAN_PAGE`] when the search may have
+    /// to pass many nodes that do not block (a reader passing readers).
+    pub(crate) limit: u32,
+    /// After a wake, look again below the node we waited for rather than
+    /// below our own: the nodes between were found not to block, and no
+    /// node is ever inserted there (sequence numbers only grow).
+    pub(crate) resume_below_blocker: bool,
+}
+
+/// Why [`Turn::wait`] ended without our turn.
+pub(crate) enum TurnError {
+    /// `Wait::Never` and something blocks us.
+    Busy,
+    /// Our node is owned by another session: never report a grant.
+    NotOwner(crate::SessionId),
+    Client(Error),
+}
+
+impl From<Error> for TurnError {
+    fn from(err: Error) -> Self {
+        TurnError::Client(err)
+    }
+}
+
+impl<B: Fn(&str) -> bool> Turn<'_, B> {
+    /// Waits until no node ahead of ours blocks it. `first` is a look at
+    /// the queue's top made together with the create (used if our node is
+    /// on top of it). Each wait is a data watch on the one node that
+    /// blocks us, so a release wakes only those it unblocks, and no look
+    /// lists the queue.
+    pub(crate) async fn wait(
+        &self,
+        wait: bool,
+        first: Option<Vec<arbor_protocol::ChildEntry>>,
+    ) -> Result<(), TurnError> {
+        let mut seen = first.filter(|top| top.first().is_some_and(|e| e.name == self.name));
+        // Every node at or above `cursor` (other than ours) is known not to
+        // block us; a look starting above our own node also sees ours.
+        let mut cursor = self.sequence + 1;
+        loop {
+            let look = match seen.take() {
+                Some(look) => look,
+                None => {
+                    retrying(self.client, || {
+                        self.client.children_below(self.dir, cursor, self.limit)
+                    })
+                    .await?
+                }
+            };
+            let full = look.len() >= self.limit as usize;
+            let mut ahead = look.as_slice();
+            let sees_ours = cursor > self.sequence;
+            if sees_ours {
+                match ahead.split_first() {
+                    // Ownership is checked on every look that shows our node.
+                    Some((mine, rest)) if mine.name == self.name => {
+                        if mine.stat.ephemeral_owner != self.client.session_id() {
+                            return Err(TurnError::NotOwner(mine.stat.ephemeral_owner));
+                        }
+                        ahead = rest;
+                    }
+                    // Our node is gone: the session expired (its ephemerals went).
+                    _ => return Err(Error::SessionExpired.into()),
+                }
+            }
+            let blocker = ahead.iter().find(|entry| (self.blocks)(&entry.name));
+            let Some(blocker) = blocker else {
+                if full {
+                    // Nothing blocks in this page, but more lies below it.
+                    match ahead.last().and_then(|e| path::parse_sequence(&e.name)) {
+                        Some(lowest) => {
+                            cursor = lowest;
+                            continue;
+                        }
+                        None => return Err(Error::Protocol("unsequenced child".into()).into()),
+                    }
+                }
+                if !sees_ours {
+                    // The last look did not show our node: read it once more.
+                    let node = path::join(self.dir, self.name);
+                    if let Err(owner) = owned_stat(self.client, &node).await? {
+                        return Err(TurnError::NotOwner(owner));
+                    }
+                }
+                return Ok(());
+            };
+            if !wait {
+                return Err(TurnError::Busy);
+            }
+            let blocker_sequence = path::parse_sequence(&blocker.name)
+                .ok_or_else(|| Error::Protocol(format!("{} has no sequence", blocker.name)))?;
+            watch_until_gone(self.client, &path::join(self.dir, &blocker.name)).await?;
+            // Look again at the blocker too: a wake may be spurious.
+            cursor = if self.resume_below_blocker {
+                blocker_sequence + 1
+            } else {
+                self.sequence + 1
+            };
+        }
+    }
+}
+
+/// Waits for one event on `node` (its deletion, or a spurious wake): a data
+/// watch, not an exists watch, so a node already gone leaves no watch
+/// behind on the server.
+async fn watch_until_gone(client: &Client, node: &str) -> Result<(), Error> {
+    let watched = retrying(client, || async {
+        match client.get_data_watch(node).await {
+            Ok((_, _, watch)) => Ok(Some(watch)),
+            Err(Error::NoNode { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    })
+    .await?;
+    if let Some(watch) = watched {
+        watch.await?;
+    }
+    Ok(())
 }

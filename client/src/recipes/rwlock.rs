@@ -14,6 +14,11 @@
 //! * No herd: a reader watches only the nearest writer ahead of it (readers
 //!   ahead of it do not block it), and a writer watches only the node just
 //!   ahead of it (of either kind). One release wakes only those it unblocks.
+//! * No listing: a contender finds the node it waits for with
+//!   [`Client::children_below`] (a writer asks for its own node and the one
+//!   just ahead; a reader pages down, [`SCAN_PAGE`] nodes at a time, to the
+//!   nearest writer, and after that writer goes looks only below it), so a
+//!   handoff costs the same however long the queue.
 //! * Each guard's fencing token is the creation zxid of its node, so a write
 //!   grant's token is larger than that of every grant before it.
 //!
@@ -30,9 +35,9 @@ use arbor_protocol::path;
 
 use crate::recipes::fence::FencingToken;
 use crate::recipes::fenced::Fenced;
+use crate::recipes::lock::{Turn, TurnError, SCAN_PAGE};
 use crate::recipes::{
-    create_protected, delete_node, ensure_path, owned_stat, retrying, unique_prefix, until_lost,
-    LockError, NodeCleanup,
+    create_protected, delete_node, unique_prefix, until_lost, LockError, NodeCleanup,
 };
 use crate::{Acl, Client, ConnectionState, Error};
 
@@ -127,6 +132,21 @@ impl Kind {
         }
     }
 
+    /// Whether a contender of this kind waits for a node of `ahead`'s kind
+    /// ahead of it: a reader waits only for writers, a writer for everyone.
+    fn waits_for(self, ahead: Kind) -> bool {
+        self == Kind::Write || ahead == Kind::Write
+    }
+
+    /// Nodes per look: a writer needs only its own node and the one just
+    /// ahead; a reader may have to pass many readers to find a writer.
+    fn look_limit(self) -> u32 {
+        match self {
+            Kind::Read => SCAN_PAGE,
+            Kind::Write => 2,
+        }
+    }
+
     /// The kind of a child of the lock path, `None` for a stranger.
     fn of(name: &str) -> Option<Kind> {
         // The prefix is hex and ends with '-', so neither name can hide in it.
@@ -144,16 +164,6 @@ impl Kind {
 enum Wait {
     Forever,
     Never,
-}
-
-/// The queue position the contender at `index` waits for, or `None` if it
-/// holds the lock: a reader waits for the nearest writer ahead of it, a
-/// writer for whoever is just ahead of it.
-fn blocker(kinds: &[Kind], index: usize) -> Option<usize> {
-    match kinds[index] {
-        Kind::Read => kinds[..index].iter().rposition(|&kind| kind == Kind::Write),
-        Kind::Write => index.checked_sub(1),
-    }
 }
 
 impl RwLock {
@@ -323,73 +333,50 @@ impl RwLock {
     }
 
     async fn acquire(&self, kind: Kind, wait: Wait) -> Result<Held, LockError> {
-        retrying(&self.client, || {
-            ensure_path(&self.client, &self.path, &self.acl)
-        })
-        .await?;
         let prefix = unique_prefix();
-        let (cleanup, _stat) = create_protected(
-            &self.client,
-            &self.path,
-            &prefix,
-            kind.name(),
-            Vec::new(),
-            &self.acl,
-        )
-        .await?;
+        let limit = kind.look_limit();
+        // The create and a look at the top of the queue go out together (as
+        // the mutex does): a free lock costs one round trip.
+        let (created, top) = tokio::join!(
+            create_protected(
+                &self.client,
+                &self.path,
+                &prefix,
+                kind.name(),
+                Vec::new(),
+                &self.acl,
+            ),
+            self.client.children_below(&self.path, u64::MAX, limit),
+        );
         // Dropping this future deletes the node, even mid-create.
+        let (cleanup, stat) = created?;
         let node = cleanup.path().to_owned();
-        loop {
-            let queue = retrying(&self.client, || self.queue()).await?;
-            let Some(index) = queue
-                .iter()
-                .position(|(name, _)| path::join(&self.path, name) == node)
-            else {
-                // Our node is gone: the session expired (its ephemerals went).
-                return Err(LockError::Client(Error::SessionExpired));
-            };
-            let kinds: Vec<Kind> = queue.iter().map(|&(_, kind)| kind).collect();
-            let Some(ahead) = blocker(&kinds, index) else {
-                let token = self.check_owner(&node).await?;
-                return Ok(Held {
-                    node: cleanup,
-                    token,
-                });
-            };
-            if wait == Wait::Never {
-                delete_node(cleanup).await?;
-                return Err(LockError::Locked);
-            }
-            let ahead = path::join(&self.path, &queue[ahead].0);
-            let (stat, watch) = retrying(&self.client, || self.client.exists_watch(&ahead)).await?;
-            if stat.is_some() {
-                // Any event (deleted, or a spurious wake) means: look again.
-                watch.await?;
-            }
-        }
-    }
-
-    /// The contenders' node names and kinds, in arrival (sequence) order.
-    async fn queue(&self) -> Result<Vec<(String, Kind)>, Error> {
-        let mut queue: Vec<(String, Kind)> = self
-            .client
-            .get_children(&self.path)
-            .await?
-            .into_iter()
-            .filter_map(|name| Kind::of(&name).map(|kind| (name, kind)))
-            .collect();
-        queue.sort_by_key(|(name, _)| path::parse_sequence(name).unwrap_or(u64::MAX));
-        Ok(queue)
-    }
-
-    /// The node's creation zxid, once its owner is confirmed to be us.
-    async fn check_owner(&self, node: &str) -> Result<FencingToken, LockError> {
-        match owned_stat(&self.client, node).await? {
-            Ok(stat) => Ok(stat.czxid),
-            Err(owner) => Err(LockError::NotOwner {
-                node: node.to_owned(),
-                owner,
+        let name = path::name(&node).to_owned();
+        let sequence = path::parse_sequence(&name).ok_or_else(|| {
+            LockError::Client(Error::Protocol(format!("{node} has no sequence number")))
+        })?;
+        let turn = Turn {
+            client: &self.client,
+            dir: &self.path,
+            name: &name,
+            sequence,
+            blocks: |other: &str| Kind::of(other).is_some_and(|other| kind.waits_for(other)),
+            limit,
+            // A reader passes readers once: after its writer goes, it
+            // looks only below that writer.
+            resume_below_blocker: kind == Kind::Read,
+        };
+        match turn.wait(wait == Wait::Forever, top.ok()).await {
+            Ok(()) => Ok(Held {
+                node: cleanup,
+                token: stat.czxid,
             }),
+            Err(TurnError::Busy) => {
+                delete_node(cleanup).await?;
+                Err(LockError::Locked)
+            }
+            Err(TurnError::NotOwner(owner)) => Err(LockError::NotOwner { node, owner }),
+            Err(TurnError::Client(err)) => Err(err.into()),
         }
     }
 }
@@ -589,20 +576,13 @@ mod tests {
     use Kind::{Read as R, Write as W};
 
     #[test]
-    fn readers_wait_only_for_the_nearest_writer_ahead() {
-        // Readers ahead never block a reader; the closest writer ahead does.
-        assert_eq!(blocker(&[R, R, R], 2), None);
-        assert_eq!(blocker(&[W, R, R, W, R, R], 5), Some(3));
-        assert_eq!(blocker(&[W, R, R], 2), Some(0));
-        assert_eq!(blocker(&[R, W, R], 0), None);
-    }
-
-    #[test]
-    fn writers_wait_for_their_immediate_predecessor() {
-        // A writer holds only at the head, and watches just the node ahead.
-        assert_eq!(blocker(&[W], 0), None);
-        assert_eq!(blocker(&[R, R, W], 2), Some(1));
-        assert_eq!(blocker(&[W, W], 1), Some(0));
+    fn readers_wait_only_for_writers_and_writers_for_everyone() {
+        // Readers ahead never block a reader; any writer ahead does, and a
+        // writer waits for whoever is ahead of it.
+        assert!(!R.waits_for(R));
+        assert!(R.waits_for(W));
+        assert!(W.waits_for(R));
+        assert!(W.waits_for(W));
     }
 
     #[test]
