@@ -11,6 +11,8 @@
 //!   writer ahead of it.
 //! * [`Election`] — leader election (etcd's `Campaign`/`Resign`/`Leader`/
 //!   `Observe`): candidates queue, each watching only its predecessor.
+//! * [`Semaphore`] — N leases at once, granted in arrival order; only the
+//!   first waiter watches the holders, the rest their predecessor.
 //! * [`Queue`] — a distributed priority queue (FIFO within a priority):
 //!   each item taken exactly once, its result written in the same fenced
 //!   transaction that removes it.
@@ -24,6 +26,7 @@ pub mod inspect;
 mod lock;
 mod queue;
 mod rwlock;
+mod semaphore;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -38,6 +41,7 @@ pub use queue::{
     ITEMS_EXAMINED_MAX, ITEMS_MAX,
 };
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use semaphore::{Lease, Semaphore, SemaphoreError, PERMITS_MAX};
 
 use crate::{Acl, Client, ConnectionState, CreateMode, Error, SessionId};
 
