@@ -25,6 +25,64 @@
 //! * Cancelling [`Mutex::lock`] (dropping the future, a timeout) removes the
 //!   waiter's node, so an abandoned waiter never blocks the queue; this holds
 //!   from the moment the create is sent, before its reply is read.
+//!
+//! # Lock-delay (Chubby)
+//!
+//! [`Mutex::with_lock_delay`] is for a resource that cannot check fencing
+//! tokens: after a holder's session *expires* — not after a clean release,
+//! nor after a waiter gives up — the next grant waits the delay, so that
+//! writes the dead holder sent before it died have time to land (or fail)
+//! before anyone else writes. It needs no server support; the protocol on
+//! the nodes:
+//!
+//! * The lock's directory counts every child delete by itself: each child
+//!   create and each delete bumps its `cversion` once, and it starts at 0
+//!   and empty, so its deletes so far are `X = (cversion − num_children) / 2`
+//!   (kept modulo 2³¹, as `cversion` wraps).
+//! * The directory's data is `K`, in decimal: the deletes accounted for.
+//!   Every delete this lock makes on purpose is a multi that deletes the
+//!   node and sets `K` at the data version it read, so the two are one
+//!   step; a `BadVersion` (someone else accounted first) reads again. A
+//!   waiter (a cancelled or refused attempt, a timeout, a lost create)
+//!   sets `K + 1`: its own delete. The holder, releasing, sets `X + 1`:
+//!   every delete while it held was a waiter's behind it (when it was
+//!   granted, nothing was left unaccounted), so none of them was a holder
+//!   dying.
+//! * An expiry's delete is the server's, and nobody accounts for it. A
+//!   contender that finds itself lowest reads the directory (data and stat
+//!   in one reply, after the look that showed it lowest); if `X ≠ K`, a
+//!   delete happened that nobody accounted for: it waits the delay,
+//!   measured from then (so at least the delay after the delete), sets
+//!   `K = X` (versioned, reading again on `BadVersion`), looks once more
+//!   that its node is still there and its own, and holds the lock. While it
+//!   waits it is the holder-to-be, so nodes behind it that expire never
+//!   held the lock: accounting for them too is right.
+//! * The directory must outlive an expiry with nobody waiting (a container
+//!   would be reaped, and the record with it), so with lock-delay the
+//!   directory itself is created persistent (its parents stay containers).
+//!   It stays until deleted; delete it only when no contender uses it.
+//!
+//! Limits, stated plainly:
+//! * A delay is a guess about how long a dead holder's writes can take to
+//!   arrive. Anything slower (a long pause after the session ended, a
+//!   congested network) still lands late. Fencing tokens ([`super::Fence`],
+//!   [`Fenced`]) are the real fix; use lock-delay only where they cannot be.
+//! * The delay is measured on the next holder's clock from when it saw the
+//!   unaccounted delete, which is after the server's delete; it says nothing
+//!   about the dead holder's clock, which may have been paused.
+//! * Errors are on the safe side: any delete not counted (an operator's,
+//!   a plain delete by a contender without lock-delay, a counted delete
+//!   that gave up after `COUNT_RETRIES_MAX` version races, a waiter
+//!   expiring while the lock changes hands) looks like an expiry and costs
+//!   one delay too many, never one too few. All contenders on a path must
+//!   use the same setting: without it, grants are not delayed at all, and
+//!   its deletes delay those that use it.
+//! * The directory's data belongs to the lock: anything else written there
+//!   is read as 0 (and costs a delay) until the next count overwrites it.
+//! * A [`Mutex::try_lock`] or [`Mutex::lock_timeout`] that comes to the
+//!   lock during a delay waits the delay out (no holder can keep the lock
+//!   longer than that); a timeout that runs out first leaves, and the next
+//!   contender waits the whole delay again.
 
 use std::time::Duration;
 
@@ -33,9 +91,10 @@ use arbor_protocol::path;
 use crate::recipes::fence::FencingToken;
 use crate::recipes::fenced::Fenced;
 use crate::recipes::{
-    create_protected, owned_stat, retrying, unique_prefix, until_lost, LockError, NodeCleanup,
+    before_retry, create_protected_with, delete_retrying, is_transient, owned_stat, retrying,
+    unique_prefix, until_lost, LockError, NodeCleanup,
 };
-use crate::{Acl, Client, ConnectionState, Error};
+use crate::{multi, Acl, Client, ConnectionState, Error, ErrorCode, Stat};
 
 /// The part of a lock node's name after the attempt prefix.
 pub(crate) const LOCK_NAME: &str = "lock-";
@@ -61,6 +120,9 @@ pub struct Mutex {
     path: String,
     /// The ACL of the nodes the lock creates (the open one by default).
     acl: Vec<Acl>,
+    /// How long a grant waits after a holder's session expired (see the
+    /// module doc), if at all.
+    lock_delay: Option<Duration>,
 }
 
 /// Holding the lock. Dropping it releases the lock in the background;
@@ -77,7 +139,55 @@ impl Mutex {
             client: client.clone(),
             path: path.to_owned(),
             acl: Acl::open(),
+            lock_delay: None,
         }
+    }
+
+    /// After a holder's session expires (not after a clean release or a
+    /// waiter giving up), the next grant waits `delay` — Chubby's
+    /// lock-delay, for a resource that cannot check fencing tokens: the
+    /// dead holder's writes already on their way get time to land before
+    /// the next holder writes. `Duration::ZERO` turns it off.
+    ///
+    /// How: the lock's directory counts its child deletes by itself (in its
+    /// `cversion`), and every delete this lock makes on purpose — a release,
+    /// a waiter leaving — also counts itself in the directory's data, in
+    /// the same multi. A delete nobody counted is an expiry: the contender
+    /// that finds itself first then waits `delay` (from when it saw it, so
+    /// at least `delay` after the expiry), records the delete as seen, and
+    /// holds the lock.
+    ///
+    /// What to know:
+    /// * The delay is a guess at how long a dead holder's writes can take;
+    ///   slower ones still land late. Fencing tokens ([`super::Fence`],
+    ///   [`Guard::fenced`]) are the real fix where the resource allows.
+    /// * Mistakes cost a delay too many, never one too few: an operator's
+    ///   delete, or one by a contender without lock-delay, counts as an
+    ///   expiry. Every contender on this path must use the same setting
+    ///   (one without it is never delayed).
+    /// * The directory is created persistent (its parents stay containers),
+    ///   since a container would be reaped with the record of an expiry
+    ///   nobody waited for. It stays until deleted; its data belongs to the
+    ///   lock.
+    /// * A [`Mutex::try_lock`] that comes during a delay waits it out.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use arbor_client::recipes::Mutex;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = arbor_server::TemporaryServer::start().await?;
+    /// # let client = arbor_client::Client::connect(server.addr(), Default::default()).await?;
+    /// // The old NFS filer cannot check tokens: give a dead holder's writes 10 s.
+    /// let lock = Mutex::new(&client, "/locks/filer").with_lock_delay(Duration::from_secs(10));
+    /// let guard = lock.lock().await?; // at once: nobody died holding it
+    /// guard.release().await?;
+    /// let again = lock.lock().await?; // at once too: that was a clean release
+    /// # drop(again); Ok(()) }
+    /// ```
+    pub fn with_lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = (!delay.is_zero()).then_some(delay);
+        self
     }
 
     /// Gives the nodes this lock creates (its queue's directory, if
@@ -132,16 +242,26 @@ impl Mutex {
         // sees the new node on top and the one just ahead of it: a free lock
         // costs one round trip. If anything else happened in between, the
         // look is simply asked again below.
-        let (created, top) = tokio::join!(
-            create_protected(
+        let counted = self.lock_delay.map(|_| Counted::Waiter);
+        // With lock-delay, the directory's count rides along too: read after
+        // the look, it is what the lowest contender must check.
+        let (created, top, dir) = tokio::join!(
+            create_protected_with(
                 &self.client,
                 &self.path,
                 &prefix,
                 LOCK_NAME,
                 Vec::new(),
-                &self.acl
+                &self.acl,
+                counted,
             ),
             self.client.children_below(&self.path, u64::MAX, 2),
+            async {
+                match self.lock_delay {
+                    Some(_) => self.client.get_data(&self.path).await.ok(),
+                    None => None,
+                }
+            },
         );
         // Dropping this future at any point deletes the node, even while
         // the create was in flight (see `create_protected`).
@@ -155,6 +275,10 @@ impl Mutex {
         let mut seen = top
             .ok()
             .filter(|top| top.first().is_some_and(|entry| entry.name == name));
+        // The count read with the look, good only while that look is.
+        let mut dir = dir.filter(|_| seen.is_some());
+        // Whether this contender already waited the lock-delay.
+        let mut delayed = false;
         loop {
             // Our node and the one just ahead of it: a reply of two entries
             // however long the queue, so a handoff costs the same with ten
@@ -183,6 +307,30 @@ impl Mutex {
                 _ => return Err(LockError::Client(Error::SessionExpired)),
             }
             let Some(predecessor) = nearest.get(1) else {
+                if let (Some(delay), false) = (self.lock_delay, delayed) {
+                    let counted = match dir.take() {
+                        Some(read) => read,
+                        None => retrying(&self.client, || self.client.get_data(&self.path)).await?,
+                    };
+                    let unaccounted = unaccounted(&counted.0, &counted.1);
+                    if unaccounted != 0 {
+                        tracing::info!(
+                            lock = %self.path,
+                            unaccounted,
+                            delay_ms = delay.as_millis() as u64,
+                            "deletes nobody accounted for (a holder's session may have expired): waiting the lock-delay"
+                        );
+                        tokio::time::sleep(delay).await;
+                        account_all(&self.client, &self.path).await?;
+                        // Look once more that the node is still ours.
+                        delayed = true;
+                        continue;
+                    }
+                }
+                let mut cleanup = cleanup;
+                if self.lock_delay.is_some() {
+                    cleanup.set_counted(Counted::Holder);
+                }
                 return Ok(Guard {
                     node: cleanup,
                     token,
@@ -191,21 +339,9 @@ impl Mutex {
             if wait == Wait::Never {
                 return Err(LockError::Locked);
             }
-            // A data watch, not an exists watch: on a node already gone it
-            // fails with NoNode and leaves no watch behind on the server.
-            let predecessor = path::join(&self.path, &predecessor.name);
-            let watched = retrying(&self.client, || async {
-                match self.client.get_data_watch(&predecessor).await {
-                    Ok((_, _, watch)) => Ok(Some(watch)),
-                    Err(Error::NoNode { .. }) => Ok(None),
-                    Err(err) => Err(err),
-                }
-            })
-            .await?;
-            if let Some(watch) = watched {
-                // Deleted, or a spurious wake: either way, look again.
-                watch.await?;
-            }
+            // Deleted, or a spurious wake: either way, look again.
+            watch_until_gone(&self.client, &path::join(&self.path, &predecessor.name)).await?;
+            dir = None;
         }
     }
 }
@@ -416,5 +552,127 @@ async fn watch_until_gone(client: &Client, node: &str) -> Result<(), Error> {
     if let Some(watch) = watched {
         watch.await?;
     }
+    Ok(())
+}
+
+/// How many times a counted delete or an accounting write reads the count
+/// again after another contender changed it first. Past this, a delete is
+/// made plainly and an accounting is skipped: both cost at most a delay
+/// too many (see the module doc).
+pub(crate) const COUNT_RETRIES_MAX: usize = 64;
+
+/// Counts are kept modulo 2³¹: the directory's `cversion` is an `i32`
+/// that wraps, and `2 × deletes` is known only modulo 2³².
+const COUNT_MASK: u32 = (1 << 31) - 1;
+
+/// Which lock-delay count a deleted node makes (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// A node that never held the lock: it accounts for its own delete.
+    Waiter,
+    /// The holder's node: it accounts for every delete so far, its own
+    /// included, since any other delete while it held was a waiter's.
+    Holder,
+}
+
+/// The directory's child deletes so far (mod 2³¹), from its stat: every
+/// child create and every delete bumped `cversion` once.
+fn deletes(stat: &Stat) -> u32 {
+    ((stat.cversion as u32).wrapping_sub(stat.num_children) / 2) & COUNT_MASK
+}
+
+/// The deletes accounted for, as the directory's data says (anything that
+/// is not a count reads as 0: on the safe side).
+fn accounted(data: &[u8]) -> u32 {
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .unwrap_or(0)
+        & COUNT_MASK
+}
+
+/// Deletes nobody accounted for: expiries (or other uncounted deletes).
+fn unaccounted(data: &[u8], stat: &Stat) -> u32 {
+    deletes(stat).wrapping_sub(accounted(data)) & COUNT_MASK
+}
+
+/// Deletes a lock-delay lock's `node` and counts the delete in its
+/// directory in the same multi (see the module doc). A node already gone
+/// is fine: it was not ours to count any more.
+pub(crate) async fn delete_counted(
+    client: &Client,
+    node: &str,
+    role: Counted,
+) -> Result<(), Error> {
+    let Some(dir) = path::parent(node) else {
+        return delete_retrying(client, node).await;
+    };
+    for _ in 0..COUNT_RETRIES_MAX {
+        let (data, stat) = match retrying(client, || client.get_data(dir)).await {
+            Ok(read) => read,
+            // No directory, so no node in it either.
+            Err(Error::NoNode { .. }) => return Ok(()),
+            Err(err) => return Err(err),
+        };
+        let count = match role {
+            Counted::Waiter => accounted(&data),
+            Counted::Holder => deletes(&stat),
+        }
+        .wrapping_add(1)
+            & COUNT_MASK;
+        let ops = vec![
+            multi::delete(node, None),
+            multi::set_data(dir, count.to_string(), Some(stat.version)),
+        ];
+        match client.multi(ops).await {
+            Ok(_) => return Ok(()),
+            Err(Error::MultiFailed {
+                index: 0,
+                code: ErrorCode::NoNode,
+                ..
+            }) => return Ok(()),
+            // Someone counted first: read the count again.
+            Err(Error::MultiFailed {
+                index: 1,
+                code: ErrorCode::BadVersion,
+                ..
+            }) => {}
+            // Outcome unknown: the next try finds the node gone if it went.
+            Err(err) if is_transient(&err) => before_retry(client, &err).await?,
+            Err(err) => return Err(err),
+        }
+    }
+    tracing::warn!(
+        node,
+        "lock-delay count kept changing: deleting uncounted (one delay too many)"
+    );
+    delete_retrying(client, node).await
+}
+
+/// After waiting the lock-delay: every delete so far is accounted for
+/// (`K = X`), so the next holder is not delayed for the same expiry.
+async fn account_all(client: &Client, dir: &str) -> Result<(), Error> {
+    for _ in 0..COUNT_RETRIES_MAX {
+        let (data, stat) = retrying(client, || client.get_data(dir)).await?;
+        let count = deletes(&stat);
+        if accounted(&data) == count {
+            return Ok(());
+        }
+        match client
+            .set_data(dir, count.to_string(), Some(stat.version))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            // Someone counted first (a waiter behind us left): read again.
+            Err(Error::BadVersion { .. }) => {}
+            // Outcome unknown: the next read tells.
+            Err(err) if is_transient(&err) => before_retry(client, &err).await?,
+            Err(err) => return Err(err),
+        }
+    }
+    tracing::warn!(
+        lock = dir,
+        "lock-delay count kept changing: left unaccounted (one delay too many)"
+    );
     Ok(())
 }

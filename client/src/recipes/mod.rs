@@ -64,6 +64,17 @@ pub enum LockError {
 /// Creates `path` and its missing ancestors as containers with `acl`, so
 /// that lock directories disappear by themselves once unused.
 pub(crate) async fn ensure_path(client: &Client, target: &str, acl: &[Acl]) -> Result<(), Error> {
+    ensure_path_with(client, target, acl, CreateMode::Container).await
+}
+
+/// [`ensure_path`], but `target` itself is made with `mode` (a lock-delay
+/// lock's directory is persistent: it must outlive its last contender).
+pub(crate) async fn ensure_path_with(
+    client: &Client,
+    target: &str,
+    acl: &[Acl],
+    mode: CreateMode,
+) -> Result<(), Error> {
     if client.exists(target).await?.is_some() {
         return Ok(());
     }
@@ -71,7 +82,12 @@ pub(crate) async fn ensure_path(client: &Client, target: &str, acl: &[Acl]) -> R
     for segment in target.split('/').filter(|s| !s.is_empty()) {
         prefix.push('/');
         prefix.push_str(segment);
-        match create_node(client, &prefix, Vec::new(), CreateMode::Container, acl).await {
+        let mode = if prefix.len() == target.trim_end_matches('/').len() {
+            mode
+        } else {
+            CreateMode::Container
+        };
+        match create_node(client, &prefix, Vec::new(), mode, acl).await {
             Ok(_) | Err(Error::NodeExists { .. }) => {}
             Err(err) => return Err(err),
         }
@@ -114,6 +130,9 @@ pub(crate) struct NodeCleanup {
     client: Client,
     path: String,
     armed: bool,
+    /// Set for a lock-delay lock's node: its delete is counted in the
+    /// lock's directory, so it is not taken for an expiry (see `lock`).
+    counted: Option<lock::Counted>,
 }
 
 impl NodeCleanup {
@@ -122,7 +141,13 @@ impl NodeCleanup {
             client: client.clone(),
             path,
             armed: true,
+            counted: None,
         }
+    }
+
+    /// Counts this node's delete, by `role`, in its lock's directory.
+    pub(crate) fn set_counted(&mut self, role: lock::Counted) {
+        self.counted = Some(role);
     }
 
     pub(crate) fn path(&self) -> &str {
@@ -136,7 +161,7 @@ impl NodeCleanup {
     /// Deletes the node now, riding out a reconnect; a node already gone is fine.
     pub(crate) async fn delete_now(mut self) -> Result<(), Error> {
         self.armed = false;
-        delete_retrying(&self.client, &self.path).await
+        delete_queue_node(&self.client, &self.path, self.counted).await
     }
 }
 
@@ -154,6 +179,19 @@ where
             Err(err) if is_transient(&err) => tokio::time::sleep(NOT_LEADER_PAUSE).await,
             other => return other,
         }
+    }
+}
+
+/// Deletes a queue node, counted in its directory if `counted` (a
+/// lock-delay lock's node), else plainly; a node already gone is fine.
+async fn delete_queue_node(
+    client: &Client,
+    path: &str,
+    counted: Option<lock::Counted>,
+) -> Result<(), Error> {
+    match counted {
+        Some(role) => lock::delete_counted(client, path, role).await,
+        None => delete_retrying(client, path).await,
     }
 }
 
@@ -176,10 +214,11 @@ impl Drop for NodeCleanup {
         // Without a runtime the session's end removes the ephemeral instead.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (client, path) = (self.client.clone(), std::mem::take(&mut self.path));
+            let counted = self.counted;
             // Retried across a reconnect: a cancelled waiter's node left
             // behind would block the queue until its session ended.
             runtime.spawn(async move {
-                let _ = until_settled(|| delete_retrying(&client, &path)).await;
+                let _ = until_settled(|| delete_queue_node(&client, &path, counted)).await;
             });
         }
     }
@@ -271,16 +310,38 @@ pub(crate) async fn create_protected(
     data: Vec<u8>,
     acl: &[Acl],
 ) -> Result<(NodeCleanup, crate::Stat), Error> {
+    create_protected_with(client, dir, prefix, name, data, acl, None).await
+}
+
+/// [`create_protected`] for a lock-delay lock when `counted` is set: a
+/// missing directory is made persistent, and every clean-up delete is
+/// counted in it as a waiter's.
+pub(crate) async fn create_protected_with(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    name: &str,
+    data: Vec<u8>,
+    acl: &[Acl],
+    counted: Option<lock::Counted>,
+) -> Result<(NodeCleanup, crate::Stat), Error> {
     let mut pending = PrefixCleanup {
         client: client.clone(),
         dir: dir.to_owned(),
         prefix: prefix.to_owned(),
         armed: true,
+        counted,
     };
-    let (node, stat) = create_by_prefix(client, dir, prefix, name, data, acl).await?;
+    let dir_mode = match counted {
+        Some(_) => CreateMode::Persistent,
+        None => CreateMode::Container,
+    };
+    let (node, stat) = create_by_prefix(client, dir, prefix, name, data, acl, dir_mode).await?;
     // Exactly one node was made: from here its own clean-up takes over.
     pending.armed = false;
-    Ok((NodeCleanup::new(client, node), stat))
+    let mut cleanup = NodeCleanup::new(client, node);
+    cleanup.counted = counted;
+    Ok((cleanup, stat))
 }
 
 /// Deletes whatever node of one protected attempt exists, when dropped
@@ -290,6 +351,7 @@ struct PrefixCleanup {
     dir: String,
     prefix: String,
     armed: bool,
+    counted: Option<lock::Counted>,
 }
 
 impl Drop for PrefixCleanup {
@@ -305,6 +367,7 @@ impl Drop for PrefixCleanup {
             std::mem::take(&mut self.dir),
             std::mem::take(&mut self.prefix),
         );
+        let counted = self.counted;
         // A session answers in request order, so this listing is read
         // after any create of the attempt that was already sent.
         runtime.spawn(async move {
@@ -312,7 +375,7 @@ impl Drop for PrefixCleanup {
             for child in listed.into_iter().flatten() {
                 if child.starts_with(&prefix) {
                     let node = arbor_protocol::path::join(&dir, &child);
-                    let _ = until_settled(|| delete_retrying(&client, &node)).await;
+                    let _ = until_settled(|| delete_queue_node(&client, &node, counted)).await;
                 }
             }
         });
@@ -326,6 +389,7 @@ async fn create_by_prefix(
     name: &str,
     data: Vec<u8>,
     acl: &[Acl],
+    dir_mode: CreateMode,
 ) -> Result<(String, crate::Stat), Error> {
     let base = arbor_protocol::path::join(dir, &format!("{prefix}{name}"));
     let mut unsure = false;
@@ -361,7 +425,7 @@ async fn create_by_prefix(
         {
             Ok(created) => return Ok(created),
             // Never made, or a container reaped after its last child went.
-            Err(Error::NoNode { .. }) => match ensure_path(client, dir, acl).await {
+            Err(Error::NoNode { .. }) => match ensure_path_with(client, dir, acl, dir_mode).await {
                 Ok(()) => {}
                 Err(err) if is_transient(&err) => before_retry(client, &err).await?,
                 Err(err) => return Err(err),
