@@ -13,12 +13,18 @@
 //!   `Observe`): candidates queue, each watching only its predecessor.
 //! * [`Semaphore`] — N leases at once, granted in arrival order; only the
 //!   first waiter watches the holders, the rest their predecessor.
+//! * [`DoubleBarrier`] — enter together once `count` members are present
+//!   (all of them or none), leave together.
+//! * [`Counter`] — a shared integer: add, compare-and-set, set; an add whose
+//!   reply was lost is applied exactly once or reported as unknown.
 //! * [`Queue`] — a distributed priority queue (FIFO within a priority):
 //!   each item taken exactly once, its result written in the same fenced
 //!   transaction that removes it.
 //! * [`inspect`] — reading any of those queues from outside: holders,
 //!   fencing tokens, waiters in order.
 
+mod barrier;
+mod counter;
 mod election;
 mod fence;
 mod fenced;
@@ -32,6 +38,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use barrier::{BarrierError, DoubleBarrier, Entered, MEMBERS_MAX};
+pub use counter::{Counter, CounterError, COUNTER_ATTEMPTS_MAX, COUNTER_TAGS_MAX};
 pub use election::{Election, ElectionError, LeaderInfo, Leadership, Observer};
 pub use fence::{Fence, FencingToken, StaleToken};
 pub use fenced::{Fenced, FencedError};
@@ -280,7 +288,7 @@ where
 /// Waits until asking again makes sense: the client is connected again,
 /// or, when it is connected but the ensemble is between leaders, the
 /// election had time (rather than spend every try at once).
-async fn before_retry(client: &Client, err: &Error) -> Result<(), Error> {
+pub(crate) async fn before_retry(client: &Client, err: &Error) -> Result<(), Error> {
     if matches!(err, Error::NotLeader) {
         tokio::time::sleep(NOT_LEADER_PAUSE).await;
     }
