@@ -290,3 +290,40 @@ async fn a_late_member_waits_for_the_next_round_on_the_same_path() {
     tokio::time::sleep(SETTLE).await;
     assert!(members(&c[0], "/barrier/d").await.is_empty());
 }
+
+#[tokio::test]
+async fn a_round_whose_members_all_died_does_not_block_the_path() {
+    // count = 2: both members of round one end their sessions inside, so
+    // nobody leaves and `ready` stays behind; the next two arrivals find no
+    // member of that round left, remove its `ready`, and enter themselves.
+    let server = TestServer::start();
+    let gone = [client(&server).await, client(&server).await];
+    let first = [
+        enter(&gone[0], "/barrier/e", 2),
+        enter(&gone[1], "/barrier/e", 2),
+    ];
+    let mut round_one = Vec::new();
+    for task in first {
+        round_one.push(entered(task).await);
+    }
+    let [a, b] = gone;
+    a.close().await.expect("closed");
+    b.close().await.expect("closed");
+    drop(round_one);
+    let c = [client(&server).await, client(&server).await];
+    assert!(c[0]
+        .exists("/barrier/e/ready")
+        .await
+        .expect("asked")
+        .is_some());
+    let next = [enter(&c[0], "/barrier/e", 2), enter(&c[1], "/barrier/e", 2)];
+    let mut round_two = Vec::new();
+    for task in next {
+        round_two.push(entered(task).await);
+    }
+    let present = members(&c[0], "/barrier/e").await;
+    for member in &round_two {
+        let listed: BTreeSet<String> = member.members().iter().cloned().collect();
+        assert_eq!(listed, present, "round two is the two new members");
+    }
+}

@@ -12,7 +12,11 @@
 //! * if `ready` exists and lists its node, it is released;
 //! * if `ready` exists without it, that `ready` belongs to a round this
 //!   member came too late for: it waits for that round to leave (`ready`
-//!   to go), then counts again, as a member of the next round;
+//!   to go), then counts again, as a member of the next round. Meanwhile it
+//!   also watches that round's lowest member still present (the last to go
+//!   when a round ends cleanly); once none is left, the round is over even
+//!   if nobody removed its `ready` (their sessions ended), and the arrival
+//!   removes it, by the round's identity;
 //! * otherwise it lists the members. Fewer than `count`: it waits on the
 //!   watch. At least `count`: it opens the barrier with one multi that
 //!   `check`s every member node it listed and creates `ready` (listing
@@ -63,7 +67,7 @@ use futures_util::FutureExt;
 use crate::recipes::{
     before_retry, create_protected, is_transient, retrying, unique_prefix, NodeCleanup,
 };
-use crate::{multi, Acl, Client, Error};
+use crate::{multi, Acl, Client, Error, OneshotWatch};
 
 /// The part of a member node's name after the attempt prefix.
 pub(crate) const MEMBER_NAME: &str = "member-";
@@ -229,9 +233,7 @@ impl DoubleBarrier {
                         });
                     }
                     // Another round is inside: wait for it to go.
-                    Some(_) => {
-                        watch.await?;
-                    }
+                    Some(round) => self.wait_for_round(&round, watch).await?,
                     None => {} // gone meanwhile: look again
                 }
                 continue;
@@ -303,6 +305,43 @@ impl DoubleBarrier {
                 path: ready,
                 data: String::from_utf8_lossy(&data).into_owned(),
             })
+    }
+
+    /// Waits until another round's `ready` goes, or one of its members
+    /// does. A round whose members are all gone without removing `ready`
+    /// (their sessions ended) is over: its `ready` is removed here, so the
+    /// path is never blocked by a round nobody is left to end.
+    async fn wait_for_round(&self, round: &Round, ready: OneshotWatch) -> Result<(), BarrierError> {
+        let present: Vec<String> = self
+            .members()
+            .await?
+            .into_iter()
+            .filter(|member| round.members.contains(member))
+            .collect();
+        let Some(lowest) = present.first() else {
+            let ready = self.ready_path();
+            remove_ready(&self.client, &ready, &path::join(&ready, &round.id)).await?;
+            return Ok(());
+        };
+        // The lowest is the round's last to go when it ends cleanly; if it
+        // dies instead, its node's deletion wakes us to look again.
+        let lowest = path::join(&self.path, lowest);
+        let watched = retrying(&self.client, || async {
+            match self.client.get_data_watch(&lowest).await {
+                Ok((_, _, watch)) => Ok(Some(watch)),
+                Err(Error::NoNode { .. }) => Ok(None),
+                Err(err) => Err(err),
+            }
+        })
+        .await?;
+        let Some(member) = watched else {
+            return Ok(());
+        };
+        let (event, _) = futures_util::future::select(ready, member)
+            .await
+            .factor_first();
+        event?;
+        Ok(())
     }
 
     /// Creates `ready` for `members` if every one of them is still alive.
