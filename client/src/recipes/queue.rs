@@ -114,6 +114,9 @@ pub const ITEMS_MAX: usize = 10_000;
 /// fresh listing is cheaper than a long run of failed claims.
 pub const ITEMS_EXAMINED_MAX: usize = 16;
 
+/// The pause before a completion found not applied is sent again.
+const RESEND_PAUSE: Duration = Duration::from_millis(200);
+
 /// The directory of the items.
 const ITEMS_DIR: &str = "items";
 /// The directory of the claims (keys and grants).
@@ -163,6 +166,9 @@ pub enum CompleteError {
     /// was.
     #[error("the completion of {item} may or may not have happened: the session ended meanwhile")]
     OutcomeUnknown { item: String },
+    /// The request failed before it was applied (for example the client it
+    /// was sent through ended): nothing was written, and the claim is
+    /// released, so the job goes back to the queue.
     #[error(transparent)]
     Client(#[from] Error),
 }
@@ -768,7 +774,10 @@ impl Job {
             .delete(self.claim.key.clone(), None)
             .delete(self.claim.grant.clone(), None);
         let client = self.claim.client.clone();
-        // Whether a commit was sent whose outcome is not known yet.
+        // Whether a commit was sent whose outcome is not known yet. The
+        // claim stays armed on every failure: its release checks the grant
+        // first, so it is harmless once the grant is gone, and it must run
+        // if the claim still stands (the job then goes back to the queue).
         let mut unsure = false;
         for _ in 0..RETRIES_MAX {
             let err = match fenced.clone().commit().await {
@@ -795,38 +804,51 @@ impl Job {
                     });
                 }
                 Err(FencedError::GrantLost { .. }) if !unsure => {
-                    self.claim.armed = false;
                     return Err(CompleteError::ClaimLost {
                         item: self.item.clone(),
                     });
                 }
+                // Gone: by an earlier try of ours, or not; look.
                 Err(FencedError::GrantLost { .. }) => Error::ConnectionLoss,
                 Err(FencedError::Client(err)) if is_transient(&err) => {
                     unsure = true;
                     err
                 }
-                Err(FencedError::Client(err)) => return Err(self.failed(unsure, err)),
+                // Refused before it was applied (the client it went through
+                // ended, say): nothing of this try happened.
+                Err(FencedError::Client(err)) if !unsure => return Err(self.ended(false, err)),
+                Err(FencedError::Client(err)) => err,
             };
-            if let Err(err) = before_retry(&client, &err).await {
-                return Err(self.failed(unsure, err));
+            // Look through the claim's own session: its liveness backs the rule.
+            if let Err(ended) = before_retry(&client, &err).await {
+                return Err(self.ended(unsure, ended));
             }
             match self.outcome().await {
-                Ok(Outcome::NotApplied) => {}
+                // Sending it again through a client that ended is no use.
+                Ok(Outcome::NotApplied) if !is_transient(&err) => {
+                    return Err(CompleteError::Client(err))
+                }
+                Ok(Outcome::NotApplied) => {
+                    // Known now: no try so far was applied. The client the
+                    // commit goes through may be another one, still
+                    // reconnecting: give it a moment before sending again.
+                    unsure = false;
+                    tokio::time::sleep(RESEND_PAUSE).await;
+                }
                 Ok(Outcome::Committed) => {
                     tracing::debug!(item = %self.item, "completion found applied after a lost reply");
                     self.claim.armed = false;
                     return Ok(Completion { results: None });
                 }
                 Ok(Outcome::ClaimLost) => {
-                    self.claim.armed = false;
                     return Err(CompleteError::ClaimLost {
                         item: self.item.clone(),
-                    });
+                    })
                 }
-                Err(err) => return Err(self.failed(unsure, err)),
+                Err(err) => return Err(self.ended(unsure, err)),
             }
         }
-        Err(self.failed(unsure, Error::ConnectionLoss))
+        Err(self.ended(unsure, Error::ConnectionLoss))
     }
 
     /// Reads the grant, then the item, through the claim's own session (in
@@ -840,14 +862,14 @@ impl Job {
         Ok(completion_outcome(grant.is_some(), item.is_some()))
     }
 
-    fn failed(&mut self, unsure: bool, err: Error) -> CompleteError {
+    /// The error once looking is no longer possible (the claim's session
+    /// ended) or was given up; `unsure`: a commit's outcome is unknown.
+    fn ended(&self, unsure: bool, err: Error) -> CompleteError {
         let item = self.item.clone();
         if unsure {
-            self.claim.armed = false;
             CompleteError::OutcomeUnknown { item }
-        } else if matches!(err, Error::SessionExpired) {
+        } else if self.claim.client.state() == ConnectionState::Expired {
             // The claim went with the session, and nothing was applied.
-            self.claim.armed = false;
             CompleteError::ClaimLost { item }
         } else {
             CompleteError::Client(err)
