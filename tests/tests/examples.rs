@@ -1,5 +1,6 @@
-//! The lock examples (`examples/batch_workers.rs`, `examples/fencing.rs`)
-//! run against a real server and show what they claim to show.
+//! The lock examples (`examples/batch_workers.rs`, also in its `--queue`
+//! mode, and `examples/fencing.rs`) run against a real server and show what
+//! they claim to show.
 
 use std::process::{Command, Output};
 
@@ -76,6 +77,52 @@ fn batch_workers_do_every_job_once_with_no_double_grant() {
             "every job left the queue"
         );
     });
+}
+
+#[test]
+fn batch_workers_in_queue_mode_lose_no_job_and_do_none_twice() {
+    // Proves: jobs taken from the distributed queue, each result written by the fenced transaction that completes it, leave exactly one result per job in Arbor and an empty queue.
+    let server = TestServer::start();
+    let stdout = run(
+        "batch_workers",
+        &server,
+        &["--queue", "--workers", "4", "--jobs", "40"],
+    );
+    let last = stdout.lines().last().expect("a summary line");
+    assert!(last.starts_with("jobs="), "last line: {last:?}\n{stdout}");
+    assert_eq!(field(last, "jobs"), 40, "{stdout}");
+    assert_eq!(field(last, "lost_jobs"), 0, "{stdout}");
+    assert_eq!(field(last, "duplicate_jobs"), 0, "{stdout}");
+    assert_eq!(field(last, "double_grants"), 0, "{stdout}");
+
+    runtime_block_on(async {
+        let admin = client(&server).await;
+        let mut results = admin
+            .get_children("/batch/results")
+            .await
+            .expect("results listed");
+        results.sort();
+        let jobs: Vec<String> = results
+            .iter()
+            .map(|r| r.rsplit_once('-').expect("<job>-<seq>").0.to_owned())
+            .collect();
+        let expected: Vec<String> = (0..40).map(|i| format!("job-{i:06}")).collect();
+        assert_eq!(jobs, expected, "one result per job, read back from Arbor");
+        assert_eq!(
+            admin
+                .get_children("/batch/queue/items")
+                .await
+                .expect("listed"),
+            Vec::<String>::new(),
+            "every job left the queue"
+        );
+    });
+}
+
+fn runtime_block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(future)
 }
 
 #[test]
