@@ -20,6 +20,9 @@
 //! * [`Queue`] — a distributed priority queue (FIFO within a priority):
 //!   each item taken exactly once, its result written in the same fenced
 //!   transaction that removes it.
+//! * [`TreeCache`] — a local, consistent copy of a subtree (data and stat
+//!   of every node) kept from one recursive watch, with snapshots and a
+//!   stream of changes; it rides out reconnects by re-reading what changed.
 //! * [`inspect`] — reading any of those queues from outside: holders,
 //!   fencing tokens, waiters in order.
 
@@ -33,6 +36,7 @@ mod lock;
 mod queue;
 mod rwlock;
 mod semaphore;
+mod tree_cache;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -50,6 +54,11 @@ pub use queue::{
 };
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Lease, Semaphore, SemaphoreError, PERMITS_MAX};
+pub use tree_cache::{
+    CachedNode, TreeCache, TreeCacheError, TreeCacheOptions, TreeChanges, TreeEvent,
+    TreeSnapshot, TREE_CACHE_CHANGES_MAX, TREE_CACHE_GRAVES_MAX, TREE_CACHE_NODES_MAX,
+    TREE_CACHE_PENDING_PATHS_MAX, TREE_CACHE_READS_IN_FLIGHT_MAX,
+};
 
 use crate::{Acl, Client, ConnectionState, CreateMode, Error, SessionId};
 
