@@ -11,6 +11,9 @@
 //!   writer ahead of it.
 //! * [`Election`] — leader election (etcd's `Campaign`/`Resign`/`Leader`/
 //!   `Observe`): candidates queue, each watching only its predecessor.
+//! * [`LeaderLatch`] — a long-running election participant that tells at
+//!   any moment whether it leads, and keeps its place across a resumed
+//!   session.
 //! * [`Semaphore`] — N leases at once, granted in arrival order; only the
 //!   first waiter watches the holders, the rest their predecessor.
 //! * [`DoubleBarrier`] — enter together once `count` members are present
@@ -32,6 +35,7 @@ mod election;
 mod fence;
 mod fenced;
 pub mod inspect;
+mod latch;
 mod lock;
 mod queue;
 mod rwlock;
@@ -47,6 +51,7 @@ pub use counter::{Counter, CounterError, COUNTER_ATTEMPTS_MAX, COUNTER_TAGS_MAX}
 pub use election::{Election, ElectionError, LeaderInfo, Leadership, Observer};
 pub use fence::{Fence, FencingToken, StaleToken};
 pub use fenced::{Fenced, FencedError};
+pub use latch::{LatchState, LeaderLatch, CAMPAIGN_RETRY_PAUSE};
 pub use lock::{Guard, Mutex};
 pub use queue::{
     CompleteError, Completion, Job, Priority, Queue, QueueError, DEFAULT_PRIORITY,
