@@ -6,9 +6,9 @@
 //! queue claim), and a [`Fenced`] transaction starts with a `Check` on that
 //! node, so the server refuses the whole write once the node is gone — the
 //! holder's session expired, or an operator removed it. Every grant node's
-//! name is unique (an attempt prefix and a sequence number, or a claimed
-//! item's name), so the node existing means this grant, not a later one on
-//! the same path. This is etcd's `Txn(If(mutex.IsOwner()))`, for Arbor.
+//! name is unique to its grant (an attempt prefix, and a sequence number or
+//! the claimed item's name), so the node existing means this grant, not a
+//! later one of the same lock or item. This is etcd's `Txn(If(mutex.IsOwner()))`, for Arbor.
 //!
 //! The transaction may go through any client, not only the one holding the
 //! grant ([`Fenced::via`]): a service that holds its lock on one session and
