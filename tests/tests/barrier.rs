@@ -327,3 +327,146 @@ async fn a_round_whose_members_all_died_does_not_block_the_path() {
         assert_eq!(listed, present, "round two is the two new members");
     }
 }
+
+const STRESS_WORKERS: u64 = 7;
+const STRESS_COUNT: usize = 5;
+const STRESS_ROUNDS: u64 = 8;
+/// How long a stress worker waits to enter before trying again: at the end
+/// fewer than `STRESS_COUNT` workers are left, and they must give up.
+const STRESS_ENTER_WAIT: Duration = Duration::from_secs(2);
+
+/// What the stress workers saw.
+#[derive(Default)]
+struct Seen {
+    /// Each released member's node and the round's member list it was told.
+    released: std::sync::Mutex<Vec<(String, Vec<String>)>>,
+    /// Nodes of members frozen while waiting to enter.
+    frozen_waiting: std::sync::Mutex<BTreeSet<String>>,
+}
+
+fn stress_worker(addr: String, seen: std::sync::Arc<Seen>, id: u64) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let options = ClientOptions::default().with_session_timeout(SHORT_SESSION);
+            let connect = || async {
+                loop {
+                    if let Ok(c) = Client::connect(&addr, options.clone()).await {
+                        return c;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            let mut c = connect().await;
+            let pause_at = (id * 3 + 1) % STRESS_ROUNDS;
+            for round in 0..STRESS_ROUNDS {
+                if c.state().is_terminal() {
+                    c = connect().await;
+                }
+                let barrier = DoubleBarrier::new(&c, "/barrier/stress", STRESS_COUNT);
+                let entering = if round == pause_at && id.is_multiple_of(2) {
+                    // Freeze while waiting: the node expires, counted or not.
+                    let task =
+                        tokio::spawn(async move { barrier.enter_timeout(STRESS_ENTER_WAIT).await });
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+                    while tokio::time::Instant::now() < deadline {
+                        if let Some(mine) = own_member(&c, "/barrier/stress").await {
+                            seen.frozen_waiting
+                                .lock()
+                                .expect("not poisoned")
+                                .insert(mine);
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    std::thread::sleep(PAUSE);
+                    task.await.expect("joins")
+                } else {
+                    barrier.enter_timeout(STRESS_ENTER_WAIT).await
+                };
+                let Ok(inside) = entering else { continue };
+                seen.released
+                    .lock()
+                    .expect("not poisoned")
+                    .push((path_name(inside.node()), inside.members().to_vec()));
+                if round == pause_at && id % 2 == 1 {
+                    std::thread::sleep(PAUSE); // freeze inside: counts as having left
+                } else {
+                    tokio::time::sleep(Duration::from_millis(id % 4)).await;
+                }
+                let _ = tokio::time::timeout(GRANT_TIMEOUT, inside.leave()).await;
+            }
+        });
+    })
+}
+
+/// The member node under `path` owned by `client`'s session, if any.
+async fn own_member(client: &Client, path: &str) -> Option<String> {
+    let (children, _) = client.get_children_with_stat(path).await.ok()?;
+    children
+        .into_iter()
+        .find(|child| {
+            child.name.contains("member-") && child.stat.ephemeral_owner == client.session_id()
+        })
+        .map(|child| child.name)
+}
+
+fn path_name(node: &str) -> String {
+    node.rsplit('/').next().unwrap_or(node).to_owned()
+}
+
+#[test]
+fn under_freezes_each_round_releases_every_member_it_lists() {
+    // 7 workers, count 5, each frozen once past its session (half while
+    // waiting, half inside). Every round lists at least 5 members, no member
+    // is in two rounds, all members told of a round were told the same list,
+    // and every listed member was released unless it froze while waiting
+    // (members that time out are never listed: enter_timeout decides
+    // atomically against the opening).
+    let tick = TICK_MS.to_string();
+    let server = TestServer::start_with(&["--tick-ms", &tick]);
+    let seen = std::sync::Arc::new(Seen::default());
+    let workers: Vec<_> = (0..STRESS_WORKERS)
+        .map(|id| stress_worker(server.addr().to_owned(), seen.clone(), id))
+        .collect();
+    for worker in workers {
+        worker.join().expect("worker finishes");
+    }
+    let released = seen.released.lock().expect("not poisoned").clone();
+    let frozen = seen.frozen_waiting.lock().expect("not poisoned").clone();
+    let mut rounds: std::collections::BTreeMap<Vec<String>, BTreeSet<String>> = Default::default();
+    for (node, listed) in &released {
+        assert!(
+            listed.contains(node),
+            "{node} was released by a round without it"
+        );
+        rounds
+            .entry(listed.clone())
+            .or_default()
+            .insert(node.clone());
+    }
+    println!(
+        "{} releases in {} rounds; {} members frozen while waiting",
+        released.len(),
+        rounds.len(),
+        frozen.len()
+    );
+    assert!(rounds.len() >= 3, "rounds went on through the freezes");
+    let mut everyone = BTreeSet::new();
+    for (listed, passed) in &rounds {
+        assert!(
+            listed.len() >= STRESS_COUNT,
+            "a round opened with {listed:?}"
+        );
+        for member in listed {
+            assert!(everyone.insert(member.clone()), "{member} is in two rounds");
+            assert!(
+                passed.contains(member) || frozen.contains(member),
+                "{member} was listed, alive, and not released"
+            );
+        }
+    }
+}

@@ -55,9 +55,11 @@
 //!   next one. A member of a round that never calls [`Entered::leave`] (and
 //!   whose session lives on) keeps that round, and so the path, from ending.
 //! * A member whose session ends while inside counts as having left.
-//! * Cancelling [`DoubleBarrier::enter`] (a timeout, a dropped future)
-//!   removes the member's node; if the barrier opened at that moment, the
-//!   member counts as having entered and left at once.
+//! * [`DoubleBarrier::enter_timeout`] never races the opening: a timeout
+//!   means the member was not (and will not be) released. Dropping an
+//!   [`DoubleBarrier::enter`] future instead removes the node in the
+//!   background; if the barrier opened at that moment, the member counts as
+//!   having entered and left at once.
 
 use std::time::Duration;
 
@@ -65,7 +67,7 @@ use arbor_protocol::{path, CreateMode, ErrorCode};
 use futures_util::FutureExt;
 
 use crate::recipes::{
-    before_retry, create_protected, is_transient, retrying, unique_prefix, NodeCleanup,
+    before_retry, create_protected, is_transient, retrying, unique_prefix, NodeCleanup, RETRIES_MAX,
 };
 use crate::{multi, Acl, Client, Error, OneshotWatch};
 
@@ -203,6 +205,14 @@ impl DoubleBarrier {
 
     /// Joins the barrier and waits until it opens with this member in it.
     pub async fn enter(&self) -> Result<Entered, BarrierError> {
+        let node = self.join().await?;
+        // From here, dropping this future deletes the member's node.
+        let round = self.wait_inside(path::name(node.path())).await?;
+        Ok(self.entered(node, round))
+    }
+
+    /// Creates this member's node.
+    async fn join(&self) -> Result<NodeCleanup, BarrierError> {
         if self.count == 0 || self.count > MEMBERS_MAX {
             return Err(BarrierError::BadCount { count: self.count });
         }
@@ -216,22 +226,28 @@ impl DoubleBarrier {
             &self.acl,
         )
         .await?;
-        // From here, dropping this future deletes the member's node.
-        let name = path::name(node.path()).to_owned();
+        Ok(node)
+    }
+
+    fn entered(&self, node: NodeCleanup, round: Round) -> Entered {
+        tracing::debug!(path = %self.path, member = %path::name(node.path()), round = %round.id, "barrier entered");
+        Entered {
+            node,
+            path: self.path.clone(),
+            round,
+        }
+    }
+
+    /// Waits until a `ready` lists the member `name`, and returns its round.
+    async fn wait_inside(&self, name: &str) -> Result<Round, BarrierError> {
+        let name = name.to_owned();
         let ready = self.ready_path();
         loop {
             // The watch first, so a `ready` made after our count wakes us.
             let (stat, watch) = retrying(&self.client, || self.client.exists_watch(&ready)).await?;
             if stat.is_some() {
                 match self.read_round().await? {
-                    Some(round) if round.members.contains(&name) => {
-                        tracing::debug!(path = %self.path, member = %name, round = %round.id, "barrier entered");
-                        return Ok(Entered {
-                            node,
-                            path: self.path.clone(),
-                            round,
-                        });
-                    }
+                    Some(round) if round.members.contains(&name) => return Ok(round),
                     // Another round is inside: wait for it to go.
                     Some(round) => self.wait_for_round(&round, watch).await?,
                     None => {} // gone meanwhile: look again
@@ -254,8 +270,65 @@ impl DoubleBarrier {
         }
     }
 
-    /// [`DoubleBarrier::enter`] for at most `timeout`;
-    /// [`BarrierError::Timeout`] then, with this member's node removed.
+    /// Leaves after a timeout, deciding atomically against a barrier that
+    /// opens at the same moment: either this member's node goes in a step
+    /// that shows no `ready` could list it (then: timeout), or a `ready`
+    /// lists it (then it entered after all).
+    async fn give_up(&self, node: NodeCleanup) -> Result<Entered, BarrierError> {
+        let name = path::name(node.path()).to_owned();
+        let ready = self.ready_path();
+        for _ in 0..=RETRIES_MAX {
+            let ops = match self.read_round().await? {
+                Some(round) if round.members.contains(&name) => {
+                    return Ok(self.entered(node, round));
+                }
+                // Another round is inside: while its `ready` stands, no new
+                // one can list us.
+                Some(round) => vec![
+                    multi::check(path::join(&ready, &round.id), None),
+                    multi::delete(node.path(), None),
+                ],
+                // A create and delete of `ready` in one step proves it was
+                // absent when our node went.
+                None => vec![
+                    multi::create(&ready, Vec::new(), CreateMode::Persistent),
+                    multi::delete(&ready, None),
+                    multi::delete(node.path(), None),
+                ],
+            };
+            let ours = ops.len() - 1;
+            match self.client.multi(ops).await {
+                Ok(_) => break,
+                Err(Error::MultiFailed {
+                    index,
+                    code: ErrorCode::NoNode,
+                    ..
+                }) if index == ours => return Err(Error::SessionExpired.into()),
+                // `ready` appeared, or the round we saw went: decide again.
+                Err(Error::MultiFailed { .. }) => {}
+                Err(err) if is_transient(&err) => {
+                    before_retry(&self.client, &err).await?;
+                    // Our node gone means that step applied (an ended
+                    // session fails this read instead).
+                    if self.client.exists(node.path()).await?.is_none() {
+                        break;
+                    }
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        // Gone (deleted by the step above), so this only disarms the clean-up.
+        node.delete_now().await?;
+        Err(BarrierError::Timeout)
+    }
+
+    /// [`DoubleBarrier::enter`], waiting at most `timeout` once this
+    /// member's node exists. [`BarrierError::Timeout`] then means this member
+    /// was not released and never will be: its node goes in one step with a
+    /// proof that no `ready` lists it (`ready` created and deleted in the
+    /// same multi, or another round's `ready` checked). A barrier that opens
+    /// with it at that very moment returns [`Entered`] instead, so the
+    /// others released with it can count on it.
     ///
     /// ```
     /// # #[tokio::main]
@@ -270,10 +343,13 @@ impl DoubleBarrier {
     /// # Ok(()) }
     /// ```
     pub async fn enter_timeout(&self, timeout: Duration) -> Result<Entered, BarrierError> {
-        match tokio::time::timeout(timeout, self.enter()).await {
-            Ok(result) => result,
-            // The enter future was dropped: its node is being removed.
-            Err(_) => Err(BarrierError::Timeout),
+        let node = self.join().await?;
+        let name = path::name(node.path()).to_owned();
+        match tokio::time::timeout(timeout, self.wait_inside(&name)).await {
+            Ok(Ok(round)) => Ok(self.entered(node, round)),
+            Ok(Err(err)) => Err(err),
+            // Not inside yet: leave, unless the barrier opens with us right now.
+            Err(_) => self.give_up(node).await,
         }
     }
 
