@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use arbor_client::recipes::{TreeCache, TreeCacheError, TreeCacheOptions, TreeEvent, TreeSnapshot};
+use arbor_client::recipes::{
+    TreeCache, TreeCacheError, TreeCacheOptions, TreeChanges, TreeEvent, TreeSnapshot,
+};
 use arbor_client::{
     Client, ClientOptions, ConnectionState, CreateMode, Error, MultiOp, Stat, WatcherKind,
 };
@@ -18,6 +20,7 @@ use arbor_tests::TestServer;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 /// Successful changes the writers make in the stress test.
@@ -32,6 +35,10 @@ const NAMES: [&str; 3] = ["a", "b", "c"];
 const DEPTH_MAX: u64 = 4;
 const ROOT: &str = "/tc";
 const SESSION_TIMEOUT: Duration = Duration::from_millis(4000);
+/// Times the cache's thread is frozen during the stress run, and for how
+/// long (well inside the session timeout).
+const FREEZES: u64 = 8;
+const FREEZE: Duration = Duration::from_millis(150);
 
 /// A TCP forwarder between the cache's client and the server, to drop its
 /// connection (and keep it away) while its session lives on.
@@ -277,8 +284,7 @@ async fn writer(client: Client, seed: u64, traffic: Arc<Traffic>) {
 /// with the server node by node; returns the server's tree.
 async fn compare(
     what: &str,
-    cache: &TreeCache,
-    watcher: &Client,
+    cache: &CacheThread,
     writers: &[Client],
 ) -> BTreeMap<String, (Vec<u8>, Stat)> {
     let mut last_zxid = 0;
@@ -286,15 +292,135 @@ async fn compare(
         client.sync(ROOT).await.expect("synced");
         last_zxid = last_zxid.max(client.last_zxid());
     }
-    cache.sync().await.expect("caught up");
+    let caught = cache.catch_up().await;
     assert!(
-        watcher.last_zxid() >= last_zxid,
+        caught.last_zxid >= last_zxid,
         "{what}: the cache's client saw every write"
     );
     let server_view = server_tree(&writers[0], ROOT).await;
-    let snapshot = cache.snapshot().expect("alive");
-    assert_same(what, &cached_tree(&snapshot), &server_view);
+    assert_same(what, &cached_tree(&caught.snapshot), &server_view);
+    let mut on_server = writers[0].get_children(ROOT).await.expect("lists");
+    on_server.sort();
+    assert_eq!(caught.root_children, Some(on_server), "{what}: children()");
     server_view
+}
+
+/// What the cache thread reports once caught up.
+struct Caught {
+    snapshot: TreeSnapshot,
+    last_zxid: u64,
+    root_children: Option<Vec<String>>,
+}
+
+enum CacheCommand {
+    /// Blocks the cache's thread, client and all, like a GC pause: replies
+    /// and events pile up and are then handled together.
+    Freeze(Duration),
+    CatchUp(oneshot::Sender<Caught>),
+    Close(oneshot::Sender<Result<(), TreeCacheError>>),
+}
+
+/// The watcher client and its cache on a thread of their own with a
+/// current-thread runtime, so the test can freeze them.
+struct CacheThread {
+    commands: mpsc::UnboundedSender<CacheCommand>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    reconnects: Arc<AtomicU64>,
+}
+
+impl CacheThread {
+    /// Starts the cache on `addr` and returns it with its first snapshot
+    /// and the stream of changes after it.
+    async fn start(addr: &str) -> (CacheThread, TreeSnapshot, TreeChanges) {
+        let (commands, mut received) = mpsc::unbounded_channel();
+        let (started_tx, started) = oneshot::channel();
+        let reconnects = Arc::new(AtomicU64::new(0));
+        let (addr, counter) = (addr.to_owned(), reconnects.clone());
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let watcher = connect(&addr).await;
+                let mut states = watcher.state_changes();
+                tokio::spawn(async move {
+                    while let Some(state) = states.next().await {
+                        if state == ConnectionState::Reconnected {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+                // Room for every change, so the replay sees them all.
+                let options = TreeCacheOptions::default().with_changes_max(1 << 17);
+                let cache = TreeCache::start_with(&watcher, ROOT, options)
+                    .await
+                    .expect("starts");
+                let (first, changes) = cache.snapshot_and_changes().expect("alive");
+                cache.initialized().await.expect("initialized");
+                let _ = started_tx.send((first, changes));
+                while let Some(command) = received.recv().await {
+                    match command {
+                        CacheCommand::Freeze(pause) => std::thread::sleep(pause),
+                        CacheCommand::CatchUp(reply) => {
+                            cache.sync().await.expect("caught up");
+                            let snapshot = cache.snapshot().expect("alive");
+                            for (path, node) in snapshot.iter() {
+                                let got = cache.get(path).expect("alive");
+                                assert_eq!(got.as_ref(), Some(node), "get({path})");
+                            }
+                            let _ = reply.send(Caught {
+                                root_children: cache.children(ROOT).expect("alive"),
+                                last_zxid: watcher.last_zxid(),
+                                snapshot,
+                            });
+                        }
+                        CacheCommand::Close(reply) => {
+                            let _ = reply.send(cache.close().await);
+                            return;
+                        }
+                    }
+                }
+            });
+        });
+        let (first, changes) = started.await.expect("the cache started");
+        let cache = CacheThread {
+            commands,
+            thread: Some(thread),
+            reconnects,
+        };
+        (cache, first, changes)
+    }
+
+    /// Waits (up to 10 s) until the cache's client has reconnected more than
+    /// `before` times.
+    async fn reconnected_after(&self, before: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.reconnects.load(Ordering::SeqCst) <= before {
+            assert!(tokio::time::Instant::now() < deadline, "no reconnect");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn freeze(&self, pause: Duration) {
+        let _ = self.commands.send(CacheCommand::Freeze(pause));
+    }
+
+    async fn catch_up(&self) -> Caught {
+        let (reply, answer) = oneshot::channel();
+        let _ = self.commands.send(CacheCommand::CatchUp(reply));
+        answer.await.expect("the cache thread answers")
+    }
+
+    async fn close(mut self) -> Result<(), TreeCacheError> {
+        let (reply, answer) = oneshot::channel();
+        let _ = self.commands.send(CacheCommand::Close(reply));
+        let closed = answer.await.expect("the cache thread answers");
+        if let Some(thread) = self.thread.take() {
+            tokio::task::block_in_place(|| thread.join()).expect("the cache thread ran");
+        }
+        closed
+    }
 }
 
 /// The server's subtree at `root`: every node's data and stat, by path.
@@ -381,30 +507,12 @@ async fn the_cache_equals_the_server_after_random_changes_and_reconnects() {
     println!("TREE_CACHE_SEED={seed}");
     let mut server = TestServer::start();
     let proxy = Proxy::start(server.addr()).await;
-    let watcher = connect(&proxy.addr).await;
-    watcher
+    let setup = connect(server.addr()).await;
+    setup
         .create(ROOT, Vec::new(), CreateMode::Persistent)
         .await
         .expect("root made");
-    let mut states = watcher.state_changes();
-    let reconnects = Arc::new(AtomicU64::new(0));
-    let counting = {
-        let reconnects = reconnects.clone();
-        tokio::spawn(async move {
-            while let Some(state) = states.next().await {
-                if state == ConnectionState::Reconnected {
-                    reconnects.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        })
-    };
-
-    // Room for every change, so the replay below sees them all.
-    let options = TreeCacheOptions::default().with_changes_max(1 << 17);
-    let cache = TreeCache::start_with(&watcher, ROOT, options)
-        .await
-        .expect("starts");
-    let (first, mut changes) = cache.snapshot_and_changes().expect("alive");
+    let (cache, first, mut changes) = CacheThread::start(&proxy.addr).await;
     let replayed = tokio::spawn(async move {
         let mut tree = cached_tree(&first);
         loop {
@@ -414,30 +522,39 @@ async fn the_cache_equals_the_server_after_random_changes_and_reconnects() {
             }
         }
     });
-    cache.initialized().await.expect("initialized");
 
     let traffic = Arc::new(Traffic::default());
-    let mut writers = Vec::new();
+    let mut writers = vec![setup];
+    for _ in 1..WRITERS {
+        writers.push(connect(server.addr()).await);
+    }
     let mut tasks = Vec::new();
-    for w in 0..WRITERS {
-        let client = connect(server.addr()).await;
-        tasks.push(tokio::spawn(writer(
-            client.clone(),
-            seed ^ (w + 1),
-            traffic.clone(),
-        )));
-        writers.push(client);
+    for (w, client) in (0..).zip(&writers) {
+        let seed = seed ^ (w + 1);
+        tasks.push(tokio::spawn(writer(client.clone(), seed, traffic.clone())));
     }
     let started = std::time::Instant::now();
+    // Frozen now and then, the cache meets piled-up answers and events at once.
+    let freezes = {
+        let (traffic, commands) = (traffic.clone(), cache.commands.clone());
+        tokio::spawn(async move {
+            for step in 1..=FREEZES {
+                traffic.reach(CHANGES * step / (FREEZES + 1)).await;
+                let _ = commands.send(CacheCommand::Freeze(FREEZE));
+            }
+        })
+    };
     traffic.reach(CHANGES * 3 / 10).await;
     // Every session is resumed from the server's disk.
     tokio::task::block_in_place(|| server.restart());
+    cache.reconnected_after(0).await;
     traffic.reach(CHANGES * 4 / 10).await;
     traffic.hold().await;
-    let mid = compare("after the restart", &cache, &watcher, &writers).await;
+    let mid = compare("after the restart", &cache, &writers).await;
     traffic.release();
     traffic.reach(CHANGES * 5 / 10).await;
     proxy.cut(false);
+    cache.reconnected_after(1).await;
     traffic.reach(CHANGES * 7 / 10).await;
     // The cache's connection stays down while the writers go on: changes
     // under a recursive watch are not replayed, the cache must find them.
@@ -445,48 +562,31 @@ async fn the_cache_equals_the_server_after_random_changes_and_reconnects() {
     // Well inside the session timeout, however slow the writers are.
     let _ =
         tokio::time::timeout(Duration::from_millis(1500), traffic.reach(CHANGES * 8 / 10)).await;
-    proxy.admit();
-    traffic.reach(CHANGES * 85 / 100).await;
+    // Compared with nothing touched since: each change missed must be found.
     traffic.hold().await;
-    compare(
-        "after the connection was held down",
-        &cache,
-        &watcher,
-        &writers,
-    )
-    .await;
+    proxy.admit();
+    cache.reconnected_after(2).await;
+    compare("after the connection was held down", &cache, &writers).await;
     traffic.release();
     for task in tasks {
         task.await.expect("writer ran");
     }
+    freezes.await.expect("freezes sent");
     let writing = started.elapsed();
-
-    let server_view = compare("at the end", &cache, &watcher, &writers).await;
-    let snapshot = cache.snapshot().expect("alive");
+    cache.freeze(FREEZE);
+    let server_view = compare("at the end", &cache, &writers).await;
     assert!(
         server_view.len().max(mid.len()) > 10,
         "trees worth comparing: {} and {} nodes",
         mid.len(),
         server_view.len()
     );
-    for (path, _) in snapshot.iter() {
-        assert_eq!(
-            cache.get(path).expect("alive").map(|n| n.stat),
-            snapshot.get(path).map(|n| n.stat)
-        );
-    }
-    let mut names = cache.children(ROOT).expect("alive").expect("root cached");
-    names.sort();
-    let mut on_server = writers[0].get_children(ROOT).await.expect("lists");
-    on_server.sort();
-    assert_eq!(names, on_server);
 
+    let reconnects = cache.reconnects.load(Ordering::SeqCst);
     cache.close().await.expect("closed");
     let (replayed, end) = replayed.await.expect("replay ran");
     assert!(matches!(end, TreeCacheError::Closed), "{end:?}");
     assert_same("replayed stream", &replayed, &server_view);
-    counting.abort();
-    let reconnects = reconnects.load(Ordering::SeqCst);
     assert!(reconnects >= 3, "reconnected {reconnects} times");
     println!(
         "{CHANGES} changes in {writing:?}; {} nodes at the end; {reconnects} reconnects",
