@@ -10,9 +10,10 @@
 //! * At most one read of a path is in flight; more events for it meanwhile
 //!   ask for one more read after it (coalesced).
 //! * Answers are applied in the order their reads were sent (one ordered
-//!   queue), each under the publication lock with the changes it makes, and
-//!   the watch is drained before the next answer is taken (`biased`), so an
-//!   event is applied before any answer that came after it.
+//!   queue), each under the publication lock with the changes it makes.
+//!   While events are taken, the watch is drained before the next answer
+//!   (`biased`); correctness does not depend on it (graves and stat order
+//!   settle an event and an answer met in either order), it saves reads.
 //! * At most [`TREE_CACHE_READS_IN_FLIGHT_MAX`] reads in flight; events are
 //!   taken only while fewer than [`TREE_CACHE_PENDING_PATHS_MAX`] paths wait
 //!   for a read and fewer than [`TREE_CACHE_GRAVES_MAX`] graves are kept (a

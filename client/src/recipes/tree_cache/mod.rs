@@ -2,45 +2,8 @@
 //! current from one persistent recursive watch — the way workers read
 //! configuration.
 //!
-//! How it stays consistent (the rules are in `tree.rs`, the task in
-//! `engine.rs`):
-//! * **Watch first.** The recursive watch is registered before the first
-//!   read, so a change is either seen by a read or reported by an event.
-//! * **Content comes from reads only.** An event (which carries a path and
-//!   a zxid, not data) asks for a read of its node — and, for a create or a
-//!   delete, a stat read of the parent, whose `pzxid`, `cversion` and
-//!   `num_children` it changed. A read sent after an event is answered from
-//!   a state at least as new as that event (same session, answers in
-//!   order). One read per path is in flight; more events for it meanwhile
-//!   cost one more read (coalesced).
-//! * **No stale answer wins.** A cached stat is replaced only by a newer one
-//!   (`czxid`, then `mzxid`, `pzxid` and the versions, which only grow).
-//!   Deletes leave *graves* — "every incarnation of this path, and of the
-//!   nodes under it, created before zxid Z is gone" — from the delete's zxid,
-//!   from a read that found nothing (Z = the client's last zxid when it was
-//!   sent + 1), from a listing that lacks a child, and from a new
-//!   incarnation; a read the grave proves stale is dropped. Whole subtrees
-//!   go at once. Answers are applied in the order their reads were sent.
-//! * **Always a tree.** Every cached node's parent is cached; a node read
-//!   before its parent is read again after it.
-//! * **Reconnects.** The client registers the watch again, but the server
-//!   does not replay changes made below a recursive watch while the client
-//!   was away. On `Reconnected` the cache walks the subtree comparing stats:
-//!   one `get_children_with_stat` per cached or listed node with children,
-//!   a data read only where `czxid`/`mzxid` differ, the stat taken as is
-//!   where only `pzxid`/`cversion` moved, and graves for children that are
-//!   gone; each difference is a change on the stream. A watch that lagged
-//!   (a consumer this cache's own task could not keep up with) is
-//!   registered again and walked the same way.
-//! * **Session expiry ends the cache** with
-//!   [`TreeCacheError::Client`]`(`[`Error::SessionExpired`]`)`: its client is
-//!   dead for good, and an application that makes a new client starts a new
-//!   cache on it (its first snapshot is then consistent, which swapping the
-//!   client under a live cache could not promise).
-//!
-//! Not seen (no event exists for them): an ACL change (`aversion`), and a
-//! child created and deleted by one multi (the parent's `pzxid`/`cversion`);
-//! the next walk or change of that node corrects them.
+//! The rules are in `tree.rs`, the task in `engine.rs`; what they promise is
+//! on [`TreeCache`].
 
 mod engine;
 mod tree;
@@ -98,7 +61,9 @@ pub enum TreeCacheError {
     Client(#[from] Error),
 }
 
-/// How big a cache may grow.
+/// How big a cache may grow. Its memory is bounded by `nodes_max` times
+/// the server's data limit per node (announced in
+/// [`Client::server_limits`]), plus `changes_max` changes per open stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeCacheOptions {
     nodes_max: usize,
@@ -186,7 +151,47 @@ impl Shared {
 }
 
 /// A local copy of the subtree at a path, kept current from a persistent
-/// recursive watch (see the [module docs](self) for how).
+/// recursive watch.
+///
+/// # How it stays consistent
+///
+/// * **Watch first.** The recursive watch is registered before the first
+///   read, so a change is either seen by a read or reported by an event.
+/// * **Content comes from reads only.** An event (which carries a path and
+///   a zxid, not data) asks for a read of its node — and, for a create or a
+///   delete, a stat read of the parent, whose `pzxid`, `cversion` and
+///   `num_children` it changed. A read sent after an event is answered from
+///   a state at least as new as that event (same session, answers in
+///   order). One read per path is in flight; more events for it meanwhile
+///   cost one more read (coalesced).
+/// * **No stale answer wins.** A cached stat is replaced only by a newer one
+///   (`czxid`, then `mzxid`, `pzxid` and the versions, which only grow).
+///   Deletes leave *graves* — "every incarnation of this path, and of the
+///   nodes under it, created before zxid Z is gone" — from the delete's zxid,
+///   from a read that found nothing (Z = the client's last zxid when it was
+///   sent + 1), from a listing that lacks a child, and from a new
+///   incarnation; a read the grave proves stale is dropped. Whole subtrees
+///   go at once. Answers are applied in the order their reads were sent.
+/// * **Always a tree.** Every cached node's parent is cached; a node read
+///   before its parent is read again after it.
+/// * **Reconnects.** The client registers the watch again, but the server
+///   does not replay changes made below a recursive watch while the client
+///   was away. On `Reconnected` the cache walks the subtree comparing stats:
+///   one `get_children_with_stat` per cached or listed node with children,
+///   a data read only where `czxid`/`mzxid` differ, the stat taken as is
+///   where only `pzxid`/`cversion` moved, and graves for children that are
+///   gone; each difference is a change on the stream. A watch that lagged
+///   (a consumer this cache's own task could not keep up with) is
+///   registered again and walked the same way.
+/// * **Session expiry ends the cache** with
+///   [`TreeCacheError::Client`]`(`[`Error::SessionExpired`]`)`: its client is
+///   dead for good, and an application that makes a new client starts a new
+///   cache on it (its first snapshot is then consistent, which swapping the
+///   client under a live cache could not promise).
+///
+/// Not seen (no event exists for them): an ACL change (`aversion`), and a
+/// child created and deleted by one multi (the parent's `pzxid`/`cversion`);
+/// the next walk or change of that node corrects them.
 ///
 /// Reads ([`get`](Self::get), [`children`](Self::children),
 /// [`snapshot`](Self::snapshot)) never wait on the network: while the
