@@ -5,9 +5,9 @@
 //! `arbor-bench: error: …` line on stderr and exits with status 1.
 //!
 //! Layout: `target/` puts both systems behind one `Session` type (plus the
-//! ZooKeeper lock recipe), `workload/` holds one module per subcommand,
-//! `stats.rs` the percentiles and the JSON line, `proxy.rs` the blackholing
-//! proxy of `expiry`.
+//! ZooKeeper lock, semaphore and queue recipes), `workload/` holds one
+//! module per subcommand, `stats.rs` the percentiles and the JSON line,
+//! `proxy.rs` the blackholing proxy of `expiry`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,8 +24,8 @@ mod workload;
 
 use target::Kind;
 use workload::{
-    children, expiry, failover, fsync, handoff, idle_memory, load, lock, memory, recovery,
-    watch_memory, Env,
+    children, expiry, failover, fsync, handoff, idle_memory, load, lock, memory, queue, recovery,
+    semaphore, watch_memory, Env,
 };
 
 /// Time given to zookeeper-client's background tasks to send CloseSession
@@ -85,6 +85,10 @@ enum Workload {
     Lock(lock::LockArgs),
     /// Lock handoff latency and notifications per release with queued waiters.
     Handoff(handoff::HandoffArgs),
+    /// Semaphore acquire + release cycles: N permits, C concurrent clients.
+    Semaphore(semaphore::SemaphoreArgs),
+    /// Distributed queue: P producers put, C consumers take and complete.
+    Queue(queue::QueueArgs),
     /// Server RSS growth per znode (needs --server-pid).
     Memory(memory::MemoryArgs),
     /// Server RSS growth per idle connected session (needs --server-pid).
@@ -168,6 +172,8 @@ fn run(cli: Cli) -> Result<String> {
             Workload::Mixed(args) => load::run(&env, load::Kind::Mixed, args).await?,
             Workload::Lock(args) => lock::run(&env, args).await?,
             Workload::Handoff(args) => handoff::run(&env, args).await?,
+            Workload::Semaphore(args) => semaphore::run(&env, args).await?,
+            Workload::Queue(args) => queue::run(&env, args).await?,
             Workload::Memory(args) => memory::run(&env, args).await?,
             Workload::IdleMemory(args) => idle_memory::run(&env, args).await?,
             Workload::WatchMemory(args) => watch_memory::run(&env, args).await?,

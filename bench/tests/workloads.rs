@@ -220,6 +220,99 @@ fn handoff_herd_notifies_many_waiters_per_release() {
     assert!(per_release > 1.0, "{report}");
 }
 
+// Proves semaphore completes every cycle on each recipe (Arbor's library
+// recipe; Curator's and kazoo's protocols over Arbor's ZooKeeper port)
+// without ever holding more leases than permits (the run fails if it does),
+// counts the watch events of the releases, and leaves nothing behind.
+#[test]
+fn semaphore_cycles_within_its_permits_on_every_recipe() {
+    let server = TestServer::start();
+    let before = root_children(server.addr());
+    let targets = [
+        ("arbor", server.addr(), "curator"),
+        ("zookeeper", server.zk_addr(), "curator"),
+        ("zookeeper", server.zk_addr(), "kazoo"),
+    ];
+    for (target, addr, recipe) in targets {
+        let mut args = vec!["--target", target, "--server", addr, "semaphore"];
+        args.extend(["--zk-recipe", recipe]); // (Arbor ignores it)
+        args.extend([
+            "--permits",
+            "2",
+            "--clients",
+            "4",
+            "--count",
+            "40",
+            "--hold-us",
+            "2000",
+        ]);
+        let report = bench(&args);
+        assert_eq!(report["workload"], "semaphore", "{report}");
+        assert_eq!(report["ops"], 40, "{report}");
+        has_keys(
+            &report,
+            &[
+                "acquire_p50_us",
+                "release_p50_us",
+                "cycle_p50_us",
+                "notifications_per_release",
+            ],
+        );
+        let held = report["max_holders"].as_u64().unwrap_or(0);
+        assert!((1..=2).contains(&held), "{report}");
+        // Four clients contend for two permits: some waited and were woken.
+        assert!(
+            report["notifications"].as_u64().unwrap_or(0) > 0,
+            "{report}"
+        );
+    }
+    assert_eq!(root_children(server.addr()), before);
+}
+
+// Proves queue hands every item to exactly one consumer, on Arbor's recipe
+// and on kazoo's LockingQueue protocol over Arbor's ZooKeeper port, and
+// leaves nothing behind.
+#[test]
+fn queue_takes_every_item_exactly_once_on_both_recipes() {
+    let server = TestServer::start();
+    let before = root_children(server.addr());
+    let targets = [
+        ["--target", "arbor", "--server", server.addr()],
+        ["--target", "zookeeper", "--server", server.zk_addr()],
+    ];
+    for target in targets {
+        let mut args = target.to_vec();
+        args.extend([
+            "queue",
+            "--items",
+            "60",
+            "--producers",
+            "2",
+            "--consumers",
+            "3",
+            "--max-backlog",
+            "10",
+        ]);
+        let report = bench(&args);
+        assert_eq!(report["workload"], "queue", "{report}");
+        assert_eq!(report["ops"], 60, "{report}");
+        assert_eq!(report["lost"], 0, "{report}");
+        assert_eq!(report["duplicates"], 0, "{report}");
+        has_keys(
+            &report,
+            &[
+                "puts_per_s",
+                "takes_per_s",
+                "put_to_take_p50_us",
+                "put_p50_us",
+                "complete_p50_us",
+                "notifications_per_item",
+            ],
+        );
+    }
+    assert_eq!(root_children(server.addr()), before);
+}
+
 // Proves memory reads the server's RSS and reports bytes per znode.
 #[test]
 fn memory_reports_bytes_per_znode() {

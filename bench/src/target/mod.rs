@@ -19,6 +19,7 @@ use anyhow::Result;
 pub mod arbor;
 pub mod jute_client;
 pub mod zk_lock;
+pub mod zk_recipes;
 pub mod zookeeper;
 
 /// Which system a run measures.
@@ -155,6 +156,95 @@ impl LockGuard {
             LockGuard::ArborMutex(guard) => Ok(guard.release().await?),
             LockGuard::ArborHerd(client, node) => Ok(client.delete(&node, None).await?),
             LockGuard::Zookeeper(guard) => guard.release().await,
+        }
+    }
+}
+
+/// A granted semaphore lease, released by [`SemaphoreLease::release`].
+pub enum SemaphoreLease {
+    /// The real `arbor_client::recipes::Semaphore`'s.
+    Arbor(arbor_client::recipes::Lease),
+    /// Curator's or kazoo's protocol (`zk_recipes.rs`).
+    Zookeeper(zk_recipes::ZkLease),
+}
+
+impl SemaphoreLease {
+    pub async fn release(self) -> Result<()> {
+        match self {
+            SemaphoreLease::Arbor(lease) => Ok(lease.release().await?),
+            SemaphoreLease::Zookeeper(lease) => lease.release().await,
+        }
+    }
+}
+
+/// A distributed queue used through one session: the real
+/// `arbor_client::recipes::Queue`, or kazoo's `LockingQueue` protocol.
+pub enum QueueHandle {
+    Arbor(arbor_client::recipes::Queue),
+    Zookeeper(zk_recipes::ZkQueue),
+}
+
+/// A taken queue item, removed by [`QueueJob::complete`].
+pub enum QueueJob {
+    Arbor(arbor_client::recipes::Job),
+    Zookeeper(zk_recipes::ZkJob),
+}
+
+impl QueueHandle {
+    /// Creates the queue's directories (untimed setup): Arbor's recipe makes
+    /// them on first use, kazoo's once per queue object.
+    pub async fn prepare(&self, session: &Session, path: &str) -> Result<()> {
+        match self {
+            QueueHandle::Arbor(_) => {
+                // The persistent `items` and `claims` of the queue's layout.
+                for dir in [
+                    path.to_owned(),
+                    format!("{path}/items"),
+                    format!("{path}/claims"),
+                ] {
+                    session.ensure(&dir, &[]).await?;
+                }
+                Ok(())
+            }
+            QueueHandle::Zookeeper(queue) => queue.prepare(path).await,
+        }
+    }
+
+    pub async fn put(&self, data: &[u8]) -> Result<()> {
+        match self {
+            QueueHandle::Arbor(queue) => {
+                queue.put(data.to_vec()).await?;
+                Ok(())
+            }
+            QueueHandle::Zookeeper(queue) => queue.put(data).await,
+        }
+    }
+
+    /// Waits for an item and claims it.
+    pub async fn take(&self) -> Result<QueueJob> {
+        match self {
+            QueueHandle::Arbor(queue) => Ok(QueueJob::Arbor(queue.take().await?)),
+            QueueHandle::Zookeeper(queue) => Ok(QueueJob::Zookeeper(queue.take().await?)),
+        }
+    }
+}
+
+impl QueueJob {
+    pub fn data(&self) -> &[u8] {
+        match self {
+            QueueJob::Arbor(job) => job.data(),
+            QueueJob::Zookeeper(job) => job.data(),
+        }
+    }
+
+    /// Removes the item (Arbor: the fenced completion; kazoo: `consume`).
+    pub async fn complete(self) -> Result<()> {
+        match self {
+            QueueJob::Arbor(job) => {
+                job.complete().await?;
+                Ok(())
+            }
+            QueueJob::Zookeeper(job) => job.complete().await,
         }
     }
 }
@@ -398,6 +488,40 @@ impl Session {
             Session::Zookeeper(zk) => Ok(LockGuard::Zookeeper(
                 zk_lock::acquire(zk, dir, herd, ready).await?,
             )),
+        }
+    }
+
+    /// Takes one of `permits` leases of the semaphore on `path`: Arbor's
+    /// library `Semaphore`, or on ZooKeeper `recipe`'s protocol.
+    pub async fn acquire_lease(
+        &self,
+        path: &str,
+        permits: u32,
+        recipe: zk_recipes::SemaphoreRecipe,
+    ) -> Result<SemaphoreLease> {
+        match self {
+            Session::Arbor(client) => Ok(SemaphoreLease::Arbor(
+                arbor_client::recipes::Semaphore::new(client, path, permits)
+                    .acquire()
+                    .await?,
+            )),
+            Session::Jute(_) => Err(no_watches()),
+            Session::Zookeeper(zk) => Ok(SemaphoreLease::Zookeeper(
+                zk_recipes::acquire_lease(zk, path, permits, recipe).await?,
+            )),
+        }
+    }
+
+    /// The queue on `path` through this session.
+    pub fn queue(&self, path: &str) -> Result<QueueHandle> {
+        match self {
+            Session::Arbor(client) => Ok(QueueHandle::Arbor(arbor_client::recipes::Queue::new(
+                client, path,
+            ))),
+            Session::Jute(_) => Err(no_watches()),
+            Session::Zookeeper(zk) => {
+                Ok(QueueHandle::Zookeeper(zk_recipes::ZkQueue::new(zk, path)))
+            }
         }
     }
 

@@ -144,7 +144,7 @@ async fn create_node(session: &ZkSession, dir: &str) -> Result<String> {
 
 /// `_c_` + 32 hex digits + `-`, unique per attempt (Curator's protection
 /// prefix, which lets a client find its node after a lost create reply).
-fn protected_prefix() -> String {
+pub fn protected_prefix() -> String {
     static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
     let attempt = ATTEMPTS.fetch_add(1, Ordering::Relaxed);
     let state = RandomState::new();

@@ -29,7 +29,9 @@ pub mod idle_memory;
 pub mod load;
 pub mod lock;
 pub mod memory;
+pub mod queue;
 pub mod recovery;
+pub mod semaphore;
 pub mod watch_memory;
 
 /// What every subcommand gets from the global flags.
@@ -261,6 +263,47 @@ pub async fn remove_all(sessions: &[Session], keys: Vec<String>, root: &str) -> 
         Some(session) => session.delete_if_exists(root).await,
         None => Ok(()),
     }
+}
+
+/// Attempts [`remove_tree`] makes while nodes of sessions just closed may
+/// still be going (a ZooKeeper session's close is sent in the background).
+const REMOVE_TREE_ATTEMPTS: usize = 20;
+
+/// The pause between those attempts.
+const REMOVE_TREE_PAUSE: Duration = Duration::from_millis(100);
+
+/// Deletes `root` and every node below it (untimed cleanup), deepest first.
+pub async fn remove_tree(session: &Session, root: &str) -> Result<()> {
+    let mut failure = None;
+    for _ in 0..REMOVE_TREE_ATTEMPTS {
+        match remove_tree_once(session, root).await {
+            Ok(()) => return Ok(()),
+            Err(err) => failure = Some(err),
+        }
+        tokio::time::sleep(REMOVE_TREE_PAUSE).await;
+    }
+    Err(failure
+        .unwrap_or_else(|| anyhow!("no attempt made"))
+        .context(format!("removing {root}")))
+}
+
+async fn remove_tree_once(session: &Session, root: &str) -> Result<()> {
+    if !session.exists(root).await? {
+        return Ok(());
+    }
+    // Breadth first, so every node comes after its parent.
+    let mut nodes = vec![root.to_owned()];
+    let mut index = 0;
+    while let Some(node) = nodes.get(index).cloned() {
+        index += 1;
+        for child in session.children(&node).await? {
+            nodes.push(format!("{node}/{child}"));
+        }
+    }
+    for node in nodes.iter().rev() {
+        session.delete_if_exists(node).await?;
+    }
+    Ok(())
 }
 
 /// Closes every session, reporting the first failure.
