@@ -54,17 +54,24 @@ async fn one_of_three_leads_and_a_closed_leader_hands_over() {
         .await
         .expect("the first leads in time")
         .expect("the first leads");
-    let second = LeaderLatch::start(&Election::new(&b, path), "b");
-    let third = LeaderLatch::start(&Election::new(&c, path), "c");
-    // Both have queued (two more candidates), and neither leads.
-    let election = Election::new(&a, path);
-    tokio::time::timeout(STATE_WAIT, async {
-        while a.get_children(path).await.expect("listed").len() < 3 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    // Queued one after the other, so the second is next in line.
+    let queued = |count: usize| {
+        let a = a.clone();
+        async move {
+            tokio::time::timeout(STATE_WAIT, async {
+                while a.get_children(path).await.expect("listed").len() < count {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{count} candidates queued in time"));
         }
-    })
-    .await
-    .expect("all three queued");
+    };
+    let second = LeaderLatch::start(&Election::new(&b, path), "b");
+    queued(2).await;
+    let third = LeaderLatch::start(&Election::new(&c, path), "c");
+    queued(3).await;
+    let election = Election::new(&a, path);
     assert_eq!(leaders(&[&first, &second, &third]), 1);
     assert!(matches!(second.state(), LatchState::Waiting));
 
