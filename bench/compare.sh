@@ -4,11 +4,11 @@
 #
 #   bench/compare.sh                    # ROUNDS=3, full sizes, both parts (about an hour)
 #   QUICK=1 ROUNDS=1 bench/compare.sh   # small counts: checks the script in minutes
-#   PART=standalone bench/compare.sh    # one part: standalone, ensemble, scale, zkport or all (default)
+#   PART=standalone bench/compare.sh    # one part: standalone, ensemble, scale, zkport, recipes or all (default)
 #   REPORT_ONLY=1 bench/compare.sh      # BENCHMARKS.md again from the results kept, measuring nothing
 #
-# Four parts, each with its own results under target/bench-compare
-# (results.jsonl, ensemble.jsonl, scale.jsonl, zkport.jsonl); running one
+# Five parts, each with its own results under target/bench-compare
+# (results.jsonl, ensemble.jsonl, scale.jsonl, zkport.jsonl, recipes.jsonl); running one
 # part replaces only its own, and BENCHMARKS.md shows every part that has
 # results there.
 # * standalone: one arbord against one ZooKeeper server (ZooKeeperServerMain).
@@ -24,6 +24,10 @@
 #   (--zk-listen) and to Apache ZooKeeper, beside arbord's native port:
 #   creates and gets at 64 in flight, with arbor-bench's lean jute client
 #   and again with the zookeeper-client crate as a second load generator.
+# * recipes: the standalone servers again: semaphore acquire/release and
+#   queue put/take, Arbor's library recipes against Curator's
+#   InterProcessSemaphoreV2, kazoo's Semaphore and kazoo's LockingQueue
+#   protocols on ZooKeeper (bench/src/target/zk_recipes.rs).
 #
 # Everything runs on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
 # directories on the same filesystem (under target/bench-compare), and is
@@ -67,14 +71,15 @@ RESULTS=$WORK/results.jsonl
 ENSEMBLE=$WORK/ensemble.jsonl
 SCALE=$WORK/scale.jsonl
 ZKPORT=$WORK/zkport.jsonl
+RECIPES=$WORK/recipes.jsonl
 SCALE_ROUNDS=${SCALE_ROUNDS:-1}
 STEAL_MAX_PERCENT=${STEAL_MAX_PERCENT:-5}
 STEAL_RETRIES=${STEAL_RETRIES:-2}
 
 case $PART in
-standalone | ensemble | scale | zkport | all) ;;
+standalone | ensemble | scale | zkport | recipes | all) ;;
 *)
-    echo "compare.sh: PART must be standalone, ensemble, scale, zkport or all, not '$PART'" >&2
+    echo "compare.sh: PART must be standalone, ensemble, scale, zkport, recipes or all, not '$PART'" >&2
     exit 2
     ;;
 esac
@@ -86,12 +91,14 @@ if [ "$QUICK" = 1 ]; then
     SCALE_ZNODES=(1000 10000) SCALE_ZK_ZNODES_MAX=10000 SCALE_ZK_RESTART_MAX=10000
     SCALE_CHILDREN=(10 1000) SCALE_SESSIONS=(256 1024)
     SCALE_WATCHES=20000
+    SEM_COUNT=300 QUEUE_ITEMS=300
 else
     LOAD_COUNT=50000 GET_COUNT=300000 ONE_COUNT=10000 LOCK_COUNT=2000 BIG=1000000 EXPIRY_ROUNDS=3 KILLS=10
     IDLE_CONNS=4096 WATCH_NODES=50000 WATCH_SESSIONS=4
     SCALE_ZNODES=(10000 100000 1000000 10000000) SCALE_ZK_ZNODES_MAX=1000000 SCALE_ZK_RESTART_MAX=10000000
     SCALE_CHILDREN=(10 1000 100000)
     SCALE_SESSIONS=(10000 50000) SCALE_WATCHES=1000000
+    SEM_COUNT=3000 QUEUE_ITEMS=3000
 fi
 # scale: listings timed per child count (a 100 k listing takes milliseconds),
 # and the watches' paths (short, so a million fit ZooKeeper's heap), set by
@@ -472,6 +479,36 @@ zkport_workloads() {
     stop "$target"
 }
 
+# --- recipes -----------------------------------------------------------------
+# Semaphore and queue on the standalone servers. ZooKeeper's semaphore rows
+# run Curator's protocol, the -kazoo rows kazoo's; its queue rows kazoo's
+# LockingQueue. Semaphore: 4 permits, one client (the uncontended cost of a
+# grant) and 16 clients (contended), holding for nothing or 2 ms (16 clients
+# on 4 permits held 2 ms each: at best 2000 grants a second). Queue: 2
+# producers and 4 consumers with up to 100 items waiting (throughput), and 1
+# producer with 1 item at a time (put->take latency to idle consumers).
+
+recipe_rows() {
+    local round=$1 target=$2 suffix=$3 zk=()
+    if [ -n "$suffix" ]; then zk=(--zk-recipe kazoo); fi
+    run_on "$RECIPES" "$round" "$target" "semaphore-4x1$suffix" semaphore --permits 4 --clients 1 --count "$SEM_COUNT" "${zk[@]}"
+    run_on "$RECIPES" "$round" "$target" "semaphore-4x16$suffix" semaphore --permits 4 --clients 16 --count "$SEM_COUNT" "${zk[@]}"
+    run_on "$RECIPES" "$round" "$target" "semaphore-4x16-hold$suffix" semaphore --permits 4 --clients 16 --hold-us 2000 \
+        --count "$SEM_COUNT" "${zk[@]}"
+}
+
+recipe_workloads() {
+    local round=$1 target=$2
+    start_fresh "$target"
+    warm_up "$target" "127.0.0.1:$(port_of "$target")"
+    recipe_rows "$round" "$target" ""
+    if [ "$target" = zookeeper ]; then recipe_rows "$round" "$target" -kazoo; fi
+    run_on "$RECIPES" "$round" "$target" queue-2x4 queue --producers 2 --consumers 4 --max-backlog 100 --items "$QUEUE_ITEMS"
+    run_on "$RECIPES" "$round" "$target" queue-1x4-idle queue --producers 1 --consumers 4 --max-backlog 1 \
+        --items $((QUEUE_ITEMS / 3))
+    stop "$target"
+}
+
 # --- scale -------------------------------------------------------------------
 # The standalone servers and start scripts, fresh for each size.
 
@@ -786,6 +823,7 @@ again_on_standalone() {
 }
 if part scale; then again_on_standalone "$SCALE" "$WORK/scale-bench.log" "$SCALE_ROUNDS" scale_workloads; fi
 if part zkport; then again_on_standalone "$ZKPORT" "$WORK/zkport-bench.log" "$ROUNDS" zkport_workloads; fi
+if part recipes; then again_on_standalone "$RECIPES" "$WORK/recipes-bench.log" "$ROUNDS" recipe_workloads; fi
 
 # --- report ------------------------------------------------------------------
 
@@ -799,7 +837,7 @@ ENS_ARBOR_SERVERS=$(ens_servers arbor)
 ENS_ZK_SERVERS=$(ens_servers zookeeper)
 # report.py says which parts this run measured: none, when only reporting.
 if [ "$REPORT_ONLY" = 1 ]; then PART=none; fi
-export RESULTS ENSEMBLE SCALE ZKPORT OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
+export RESULTS ENSEMBLE SCALE ZKPORT RECIPES OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
 export ARBOR_PORT ARBOR_ZK_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
 export STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """BENCHMARKS.md from the JSON lines bench/compare.sh collected.
 
-Four parts, each in its own file, rendered when the file has results:
+Five parts, each in its own file, rendered when the file has results:
 $RESULTS (standalone servers), $ENSEMBLE (three-member ensembles), $SCALE
-(standalone servers as the work grows) and $ZKPORT (ZooKeeper's protocol:
-arbord's ZooKeeper port beside its native one and Apache ZooKeeper). Each
+(standalone servers as the work grows), $ZKPORT (ZooKeeper's protocol:
+arbord's ZooKeeper port beside its native one and Apache ZooKeeper) and
+$RECIPES (semaphore and queue: Arbor's recipes against Curator's and kazoo's
+protocols on ZooKeeper). Each
 line is {"round", "label", "quick", "commit", "result"} where result is one
 arbor-bench line. The tables hold, per workload and target, the median over
 rounds, and the ratio Arbor/ZooKeeper of those medians, against the targets
@@ -73,9 +75,10 @@ standalone = load("standalone", env("RESULTS"))
 ensemble = load("ensemble", env("ENSEMBLE"))
 scale = load("scale", env("SCALE"))
 zkport = load("zkport", env("ZKPORT"))
-parts = [p for p in (standalone, ensemble, scale, zkport) if p is not None]
+recipes = load("recipes", env("RECIPES"))
+parts = [p for p in (standalone, ensemble, scale, zkport, recipes) if p is not None]
 if not parts:
-    sys.exit("report.py: no results in $RESULTS, $ENSEMBLE, $SCALE or $ZKPORT")
+    sys.exit("report.py: no results in $RESULTS, $ENSEMBLE, $SCALE, $ZKPORT or $RECIPES")
 
 
 def fmt(value, unit=""):
@@ -172,7 +175,8 @@ ENS_INFO = [
 
 # Fields of a result shown as flags in "How it was run".
 FLAGS = ("concurrency", "conns", "count", "size", "waiters", "herd", "session_timeout_ms", "rounds", "kills", "writers",
-         "nodes", "path_bytes", "watchers", "children", "parents")
+         "nodes", "path_bytes", "watchers", "children", "parents", "permits", "clients", "hold_us",
+         "producers", "consumers", "max_backlog", "items")
 
 
 def targets_table(part, rows):
@@ -405,6 +409,63 @@ def zkport_tables(part):
             w(f"| {client}{label} | {field} | {native} | {port} | {apache} |")
 
 
+# (row, label, field, unit) of the recipes part. ZooKeeper runs each
+# semaphore label with Curator's protocol and LABEL-kazoo with kazoo's; its
+# queue labels run kazoo's LockingQueue (Curator has no such queue).
+RECIPE_ROWS = [
+    ("semaphore, 4 permits, 1 client: acquire+release p50", "semaphore-4x1", "cycle_p50_us", "us"),
+    ("semaphore, 4 permits, 1 client: acquire p99", "semaphore-4x1", "acquire_p99_us", "us"),
+    ("semaphore, 4 permits, 16 clients: acquire+release cycles", "semaphore-4x16", "ops_per_s", "ops/s"),
+    ("semaphore, 4 permits, 16 clients: acquire p50", "semaphore-4x16", "p50_us", "us"),
+    ("semaphore, 4 permits, 16 clients: acquire p99", "semaphore-4x16", "p99_us", "us"),
+    ("semaphore, 4 permits, 16 clients: acquire p999", "semaphore-4x16", "p999_us", "us"),
+    ("semaphore, 4 permits, 16 clients: notifications per release", "semaphore-4x16",
+     "notifications_per_release", ""),
+    ("semaphore, 16 clients hold 2 ms: cycles (ideal 2.0 k/s)", "semaphore-4x16-hold", "ops_per_s", "ops/s"),
+    ("semaphore, 16 clients hold 2 ms: acquire p99", "semaphore-4x16-hold", "p99_us", "us"),
+    ("semaphore, 16 clients hold 2 ms: notifications per release", "semaphore-4x16-hold",
+     "notifications_per_release", ""),
+    ("queue, 2 producers, 4 consumers: takes end to end", "queue-2x4", "takes_per_s", "ops/s"),
+    ("queue, 2 producers, 4 consumers: puts", "queue-2x4", "puts_per_s", "ops/s"),
+    ("queue, 2 producers, 4 consumers: put p50", "queue-2x4", "put_p50_us", "us"),
+    ("queue, 2 producers, 4 consumers: take to completed p50", "queue-2x4", "complete_p50_us", "us"),
+    ("queue, 2 producers, 4 consumers: notifications per item", "queue-2x4", "notifications_per_item", ""),
+    ("queue, 1 item at a time, 4 idle consumers: put→take p50", "queue-1x4-idle", "p50_us", "us"),
+    ("queue, 1 item at a time, 4 idle consumers: put→take p99", "queue-1x4-idle", "p99_us", "us"),
+    ("queue, 1 item at a time, 4 idle consumers: notifications per item", "queue-1x4-idle",
+     "notifications_per_item", ""),
+]
+
+
+def recipes_tables(part):
+    """Arbor against Curator's and kazoo's protocols, medians over rounds."""
+    w("| workload | Arbor | ZooKeeper, Curator | ZooKeeper, kazoo | Arbor/Curator | Arbor/kazoo |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for row, label, field, unit in RECIPE_ROWS:
+        a = part.median(label, "arbor", field)
+        if label.startswith("queue"):
+            curator, kazoo = None, part.median(label, "zookeeper", field)
+        else:
+            curator = part.median(label, "zookeeper", field)
+            kazoo = part.median(f"{label}-kazoo", "zookeeper", field)
+        w(f"| {row} | {fmt(a, unit)} | {fmt(curator, unit)} | {fmt(kazoo, unit)} "
+          f"| {fmt(ratio(a, curator))} | {fmt(ratio(a, kazoo))} |")
+    w("")
+    w("Every run:")
+    w("")
+    w("| workload | field | Arbor, per round | Curator, per round | kazoo, per round |")
+    w("| --- | --- | --- | --- | --- |")
+    for _row, label, field, unit in RECIPE_ROWS:
+        if field not in ("ops_per_s", "takes_per_s", "p50_us", "cycle_p50_us"):
+            continue
+        runs = lambda lab: ", ".join(fmt(v, unit) for v in part.values(lab, "zookeeper", field))
+        a = ", ".join(fmt(v, unit) for v in part.values(label, "arbor", field))
+        curator, kazoo = ("–", runs(label)) if label.startswith("queue") else (runs(label), runs(f"{label}-kazoo"))
+        w(f"| {label} | {field} | {a} | {curator} | {kazoo} |")
+    w(f"| raw fsync (4 KiB + fdatasync) | p50 before/after each round | "
+      f"{', '.join(fmt(v, 'us') for v in part.fsync_rounds())} | | |")
+
+
 def zk_clients(part):
     """The ZooKeeper clients a part's load rows were measured with."""
     found = {r.get("zk_client", "crate (before zk_client was recorded)")
@@ -545,6 +606,27 @@ if zkport:
     zkport_tables(zkport)
     w("")
 
+if recipes:
+    w("")
+    w("## Recipes")
+    w("")
+    w("One `arbord` and one ZooKeeper server as in the standalone part, fresh for each target")
+    w("in each round, after the same warm-up. Every client has its own session. Arbor runs")
+    w("its library recipes (`arbor_client::recipes::Semaphore`, `Queue`); ZooKeeper runs the")
+    w("node protocols of Curator's `InterProcessSemaphoreV2` and kazoo's `Semaphore` and")
+    w("`LockingQueue`, written over the `zookeeper-client` crate (`bench/src/target/zk_recipes.rs`;")
+    w("both semaphores take a lock, then list the leases). `semaphore`: each client loops")
+    w("acquire, hold, release; the acquire is timed from the call to the grant, waiting for")
+    w("a permit included. `queue`: producers put numbered items, consumers take and")
+    w("complete them (Arbor: the fenced completion; kazoo: `consume`), at most")
+    w("`--max-backlog` outstanding; put→take runs from the put's call to the take's return;")
+    w("every item must be taken exactly once or the run fails. Notifications are the watch")
+    w("events the clients' sessions received. Client and server share the machine's two")
+    w("cores, so a recipe with more round trips also takes more CPU from the server.")
+    w("")
+    recipes_tables(recipes)
+    w("")
+
 fsync_all = [v for p in parts for v in p.values("fsync", "disk", "p50_us")]
 fsync_all_p99 = [v for p in parts for v in p.values("fsync", "disk", "p99_us")]
 fsync_p50 = statistics.median(fsync_all) if fsync_all else None
@@ -570,7 +652,7 @@ w("")
 w("## How it was run")
 w("")
 w("```text")
-w("bench/compare.sh            # ROUNDS=3; QUICK=1 for small counts; PART=standalone|ensemble|scale|zkport|all")
+w("bench/compare.sh            # ROUNDS=3; QUICK=1 for small counts; PART=standalone|ensemble|scale|zkport|recipes|all")
 zk_java = "java -Xmx1000m -Dzookeeper.root.logger=INFO,ROLLINGFILE -Dzookeeper.log.dir=DIR"
 if standalone:
     max_conns = env("ARBOR_MAX_CONNECTIONS", "4096")
@@ -605,6 +687,10 @@ if zkport:
       f"--server 127.0.0.1:{env('ARBOR_ZK_PORT', '2571')}")
     commands(zkport, "")
     w("# each ZooKeeper row again with --zk-client crate")
+if recipes:
+    w("")
+    w("# recipes: the standalone servers; ZooKeeper's LABEL-kazoo semaphore rows add --zk-recipe kazoo")
+    commands(recipes, "")
 w("```")
 w("")
 w("ZooKeeper runs as Debian's package runs it as a service: `-Xmx1000m`, Debian's")

@@ -153,6 +153,7 @@ pub async fn run(env: &Env, args: &SemaphoreArgs) -> Result<Report> {
     };
     let mut report = Report::new("semaphore", env.kind.name(), &env.server);
     report
+        .field("count", args.count)
         .field("permits", args.permits)
         .field("clients", args.clients)
         .field("hold_us", args.hold_us)
