@@ -60,8 +60,8 @@ pub use queue::{
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Lease, Semaphore, SemaphoreError, PERMITS_MAX};
 pub use tree_cache::{
-    CachedNode, TreeCache, TreeCacheError, TreeCacheOptions, TreeChanges, TreeEvent,
-    TreeSnapshot, TREE_CACHE_CHANGES_MAX, TREE_CACHE_GRAVES_MAX, TREE_CACHE_NODES_MAX,
+    CachedNode, TreeCache, TreeCacheError, TreeCacheOptions, TreeChanges, TreeEvent, TreeSnapshot,
+    TREE_CACHE_CHANGES_MAX, TREE_CACHE_GRAVES_MAX, TREE_CACHE_NODES_MAX,
     TREE_CACHE_PENDING_PATHS_MAX, TREE_CACHE_READS_IN_FLIGHT_MAX,
 };
 
