@@ -1,8 +1,9 @@
 //! The shared counter against a real server: concurrent adds are exact and
 //! each returns a distinct value; compare-and-set sets only on a match, and
 //! of racing ones exactly one wins; adds stay exact across a server killed
-//! and restarted mid-run (any add whose outcome is unknown is reported as
-//! such and accounted for).
+//! and restarted mid-run, and with workers frozen past their session
+//! timeout, some mid-add (any add whose outcome is unknown is reported as
+//! such and accounted for; an add reported failed never counted).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,4 +212,123 @@ fn adds_stay_exact_across_a_server_pause_and_restart() {
         "adds went on after the restart: {final_value} after {before}"
     );
     check(final_value, &outcomes);
+}
+
+/// Workers whose whole runtime freezes past their session timeout.
+const FROZEN_WORKERS: usize = 6;
+const FROZEN_ADDS: usize = 120;
+/// Freezes per worker: each may land with an add's write in flight.
+const FREEZES: u64 = 3;
+/// Server tick for the frozen run: sessions of 3 ticks expire quickly.
+const FROZEN_TICK_MS: u64 = 100;
+const FROZEN_SESSION: Duration = Duration::from_millis(3 * FROZEN_TICK_MS);
+/// Past the session timeout, with room for the server to notice.
+const FREEZE: Duration = Duration::from_millis(3 * FROZEN_TICK_MS + 5 * FROZEN_TICK_MS);
+
+/// What one frozen worker saw.
+#[derive(Default)]
+struct FrozenOutcomes {
+    values: Vec<i64>,
+    unknown: u64,
+    /// Adds that failed because the session ended with nothing pending:
+    /// they must not have counted.
+    failed: u64,
+    sessions_lost: u64,
+}
+
+async fn connect_retrying(addr: &str, options: &ClientOptions) -> Client {
+    loop {
+        match Client::connect(addr, options.clone()).await {
+            Ok(client) => return client,
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// Adds on its own thread and runtime; a task on the same runtime freezes
+/// it (a blocking sleep, heartbeats included) at a moment that depends on
+/// `id`, so some freezes land in the middle of an add with its write sent.
+fn frozen_worker(addr: String, id: u64) -> std::thread::JoinHandle<FrozenOutcomes> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let options = ClientOptions::default().with_session_timeout(FROZEN_SESSION);
+            let mut client = connect_retrying(&addr, &options).await;
+            tokio::spawn(async move {
+                for freeze in 0..FREEZES {
+                    let at = 20 + 37 * id + 13 * freeze;
+                    tokio::time::sleep(Duration::from_millis(at)).await;
+                    std::thread::sleep(FREEZE);
+                }
+            });
+            let mut seen = FrozenOutcomes::default();
+            for _ in 0..FROZEN_ADDS {
+                let counter = Counter::new(&client, "/stats/frozen");
+                match counter.add(1).await {
+                    Ok(value) => seen.values.push(value),
+                    Err(CounterError::OutcomeUnknown { .. }) => seen.unknown += 1,
+                    Err(CounterError::Client(err)) if err.is_session_ended() => seen.failed += 1,
+                    Err(err) => panic!("add failed: {err}"),
+                }
+                if client.state().is_terminal() {
+                    seen.sessions_lost += 1;
+                    client = connect_retrying(&addr, &options).await;
+                }
+            }
+            seen
+        })
+    })
+}
+
+#[test]
+fn adds_by_workers_frozen_past_their_session_are_exact_or_reported_unknown() {
+    // A frozen worker's session expires, maybe with a write of an add sent
+    // and its reply never read. That add must come back as OutcomeUnknown
+    // (it may have counted) or have truly not counted: the final value is
+    // within [succeeded, succeeded + unknown], so an add reported failed
+    // that had counted would push it past the top.
+    let tick = FROZEN_TICK_MS.to_string();
+    let server = TestServer::start_with(&["--tick-ms", &tick]);
+    let workers: Vec<_> = (0..FROZEN_WORKERS as u64)
+        .map(|id| frozen_worker(server.addr().to_owned(), id))
+        .collect();
+    let seen: Vec<FrozenOutcomes> = workers
+        .into_iter()
+        .map(|worker| worker.join().expect("worker finishes"))
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let final_value = runtime.block_on(async {
+        let reader = client(&server).await;
+        Counter::new(&reader, "/stats/frozen")
+            .get()
+            .await
+            .expect("read")
+    });
+    let values: Vec<i64> = seen.iter().flat_map(|s| s.values.iter().copied()).collect();
+    let succeeded = values.len() as i64;
+    let unknown: u64 = seen.iter().map(|s| s.unknown).sum();
+    let failed: u64 = seen.iter().map(|s| s.failed).sum();
+    let lost: u64 = seen.iter().map(|s| s.sessions_lost).sum();
+    println!(
+        "final {final_value}: {succeeded} succeeded, {unknown} unknown, {failed} failed, \
+         {lost} sessions lost"
+    );
+    assert!(lost >= 1, "the freezes outlived sessions");
+    assert_eq!(
+        succeeded as u64 + unknown + failed,
+        (FROZEN_WORKERS * FROZEN_ADDS) as u64,
+        "every add reported"
+    );
+    let distinct: BTreeSet<i64> = values.iter().copied().collect();
+    assert_eq!(distinct.len(), values.len(), "no value returned twice");
+    assert!(
+        (succeeded..=succeeded + unknown as i64).contains(&final_value),
+        "final {final_value}: {succeeded} succeeded, {unknown} unknown, {failed} failed"
+    );
 }
