@@ -779,6 +779,47 @@ pub async fn client(server: &TestServer) -> arbor_client::Client {
         .expect("client connects")
 }
 
+/// A client session of `session_timeout` on `addr`, trying again every
+/// 10 ms until the server answers (it may be starting, or restarting after
+/// a kill): for workers that reconnect after their session expired.
+pub async fn connect_when_up(addr: &str, session_timeout: Duration) -> arbor_client::Client {
+    let options = arbor_client::ClientOptions::default().with_session_timeout(session_timeout);
+    loop {
+        match arbor_client::Client::connect(addr, options.clone()).await {
+            Ok(client) => return client,
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// Waits (up to 10 s) until `client` is in state `want`.
+pub async fn wait_for_state(client: &arbor_client::Client, want: arbor_client::ConnectionState) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while client.state() != want {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "state {:?}, wanted {want:?}",
+            client.state()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Listings `server` answered so far (`get_children` and
+/// `get_children_with_stat`, any result), from its `/metrics`: how a test
+/// proves that waiters never list their queue.
+pub fn listings(server: &TestServer) -> u64 {
+    let (status, page) = server.admin_get("/metrics");
+    assert_eq!(status, 200, "/metrics answers");
+    page.lines()
+        .filter(|line| {
+            line.starts_with("arbor_requests_total{op=\"get_children\"")
+                || line.starts_with("arbor_requests_total{op=\"get_children_with_stat\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Waits (up to 10 s) until `path` has exactly `len` children: a queue of
 /// lock waiters or election candidates has formed.
 pub async fn wait_for_children(client: &arbor_client::Client, path: &str, len: usize) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use arbor_client::recipes::{Counter, CounterError};
 use arbor_client::{Client, ClientOptions, CreateMode};
-use arbor_tests::{client, TestServer};
+use arbor_tests::{client, connect_when_up, TestServer};
 
 const WORKERS: usize = 8;
 const ADDS: usize = 200;
@@ -236,15 +236,6 @@ struct FrozenOutcomes {
     sessions_lost: u64,
 }
 
-async fn connect_retrying(addr: &str, options: &ClientOptions) -> Client {
-    loop {
-        match Client::connect(addr, options.clone()).await {
-            Ok(client) => return client,
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
-}
-
 /// Adds on its own thread and runtime; a task on the same runtime freezes
 /// it (a blocking sleep, heartbeats included) at a moment that depends on
 /// `id`, so some freezes land in the middle of an add with its write sent.
@@ -255,8 +246,7 @@ fn frozen_worker(addr: String, id: u64) -> std::thread::JoinHandle<FrozenOutcome
             .build()
             .expect("runtime");
         runtime.block_on(async move {
-            let options = ClientOptions::default().with_session_timeout(FROZEN_SESSION);
-            let mut client = connect_retrying(&addr, &options).await;
+            let mut client = connect_when_up(&addr, FROZEN_SESSION).await;
             tokio::spawn(async move {
                 for freeze in 0..FREEZES {
                     let at = 20 + 37 * id + 13 * freeze;
@@ -275,7 +265,7 @@ fn frozen_worker(addr: String, id: u64) -> std::thread::JoinHandle<FrozenOutcome
                 }
                 if client.state().is_terminal() {
                     seen.sessions_lost += 1;
-                    client = connect_retrying(&addr, &options).await;
+                    client = connect_when_up(&addr, FROZEN_SESSION).await;
                 }
             }
             seen

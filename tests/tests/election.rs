@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arbor_client::recipes::{Election, LeaderInfo, Leadership};
 use arbor_client::Client;
-use arbor_tests::{client, wait_for_children, TestServer};
+use arbor_tests::{client, listings, wait_for_children, TestServer};
 use tokio::task::JoinHandle;
 
 /// Long enough for a wrongly elected candidate to have been elected.
@@ -179,20 +179,6 @@ async fn a_waiting_candidate_and_an_observer_ride_out_a_server_restart() {
     assert_eq!(second.value(), b"b");
     let seen = within("observed", observer.next()).await.expect("observed");
     assert_eq!(seen.token, second.fencing_token());
-}
-
-/// Listings the server answered so far (`get_children` and
-/// `get_children_with_stat`, any result), from its `/metrics`.
-fn listings(server: &TestServer) -> u64 {
-    let (status, page) = server.admin_get("/metrics");
-    assert_eq!(status, 200, "/metrics answers");
-    page.lines()
-        .filter(|line| {
-            line.starts_with("arbor_requests_total{op=\"get_children\"")
-                || line.starts_with("arbor_requests_total{op=\"get_children_with_stat\"")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 #[tokio::test]

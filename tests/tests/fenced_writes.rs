@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_client::recipes::{FencedError, Mutex};
-use arbor_client::{Client, ClientOptions, CreateMode, ErrorCode};
-use arbor_tests::TestServer;
+use arbor_client::{Client, CreateMode, ErrorCode};
+use arbor_tests::{connect_when_up, TestServer};
 
 /// Server tick: a lock session of 2 ticks expires soon after its holder
 /// freezes.
@@ -28,16 +28,6 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 fn server() -> TestServer {
     let tick = TICK_MS.to_string();
     TestServer::start_with(&["--tick-ms", &tick, "--max-connections-per-ip", "200"])
-}
-
-async fn connect(addr: &str, session: Duration) -> Client {
-    let options = ClientOptions::default().with_session_timeout(session);
-    loop {
-        match Client::connect(addr, options.clone()).await {
-            Ok(client) => return client,
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
 }
 
 /// A runtime of its own for the data clients: it keeps their sessions
@@ -70,7 +60,7 @@ fn a_paused_holders_fenced_write_is_refused_and_its_unfenced_write_lands() {
     let server = server();
     let addr = server.addr().to_owned();
     let data_rt = data_runtime();
-    let data = data_rt.block_on(connect(&addr, DATA_SESSION));
+    let data = data_rt.block_on(connect_when_up(&addr, DATA_SESSION));
     data_rt
         .block_on(data.create("/config", b"v0".to_vec(), CreateMode::Persistent))
         .expect("created");
@@ -80,7 +70,7 @@ fn a_paused_holders_fenced_write_is_refused_and_its_unfenced_write_lands() {
         let (addr, data) = (addr.clone(), data.clone());
         move || {
             current_thread().block_on(async move {
-                let lock_client = connect(&addr, LOCK_SESSION).await;
+                let lock_client = connect_when_up(&addr, LOCK_SESSION).await;
                 let guard = Mutex::new(&lock_client, "/locks/config")
                     .lock()
                     .await
@@ -125,7 +115,7 @@ fn a_paused_holders_fenced_write_is_refused_and_its_unfenced_write_lands() {
         .recv_timeout(STEP_TIMEOUT)
         .expect("the holder holds");
     let next_token = current_thread().block_on(async {
-        let worker = connect(&addr, DATA_SESSION).await;
+        let worker = connect_when_up(&addr, DATA_SESSION).await;
         let guard = tokio::time::timeout(STEP_TIMEOUT, Mutex::new(&worker, "/locks/config").lock())
             .await
             .expect("granted once the frozen holder's session expired")
@@ -188,10 +178,10 @@ fn worker(addr: String, data: Client, tally: Arc<Tally>, id: u64) -> std::thread
     std::thread::spawn(move || {
         current_thread().block_on(async move {
             let pause_at = (id * 5 + 3) % CYCLES;
-            let mut lock_client = connect(&addr, LOCK_SESSION).await;
+            let mut lock_client = connect_when_up(&addr, LOCK_SESSION).await;
             for cycle in 0..CYCLES {
                 if lock_client.state().is_terminal() {
-                    lock_client = connect(&addr, LOCK_SESSION).await;
+                    lock_client = connect_when_up(&addr, LOCK_SESSION).await;
                 }
                 let Ok(guard) = Mutex::new(&lock_client, "/locks/counter").lock().await else {
                     continue; // lost the session while waiting: start over
@@ -246,14 +236,14 @@ fn under_stress_no_fenced_commit_lands_after_its_lock_was_lost() {
     let server = server();
     let addr = server.addr().to_owned();
     let data_rt = data_runtime();
-    let setup = data_rt.block_on(connect(&addr, DATA_SESSION));
+    let setup = data_rt.block_on(connect_when_up(&addr, DATA_SESSION));
     data_rt
         .block_on(setup.create("/counter", b"0".to_vec(), CreateMode::Persistent))
         .expect("created");
     let tally = Arc::new(Tally::default());
     let workers: Vec<_> = (0..WORKERS)
         .map(|id| {
-            let data = data_rt.block_on(connect(&addr, DATA_SESSION));
+            let data = data_rt.block_on(connect_when_up(&addr, DATA_SESSION));
             worker(addr.clone(), data, tally.clone(), id)
         })
         .collect();

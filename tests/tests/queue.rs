@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use arbor_client::recipes::{CompleteError, Queue, QueueError, DEFAULT_PRIORITY};
 use arbor_client::{Client, ClientOptions, CreateMode, Error};
-use arbor_tests::TestServer;
+use arbor_tests::{connect_when_up, TestServer};
 
 /// Server tick: session timeouts clamp to [200, 2000] ms.
 const TICK_MS: u64 = 100;
@@ -35,17 +35,6 @@ const PAUSE: Duration = Duration::from_millis(9 * TICK_MS);
 const WORK: Duration = Duration::from_millis(3);
 /// How long the whole run may take before the test gives up on it.
 const RUN_DEADLINE: Duration = Duration::from_secs(60);
-
-async fn connect(addr: &str, session: Duration) -> Client {
-    let options = ClientOptions::default().with_session_timeout(session);
-    loop {
-        match Client::connect(addr, options.clone()).await {
-            Ok(client) => return client,
-            // The server is down (killed, not yet restarted): try again.
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -75,12 +64,12 @@ struct Tally {
 fn producer(addr: String, id: u64) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         runtime().block_on(async move {
-            let mut client = connect(&addr, WRITER_SESSION).await;
+            let mut client = connect_when_up(&addr, WRITER_SESSION).await;
             for n in 0..JOBS_PER_PRODUCER {
                 let job = id * JOBS_PER_PRODUCER + n;
                 loop {
                     if client.state().is_terminal() {
-                        client = connect(&addr, WRITER_SESSION).await;
+                        client = connect_when_up(&addr, WRITER_SESSION).await;
                     }
                     let queue = Queue::new(&client, QUEUE);
                     match queue.put(format!("{job}").into_bytes()).await {
@@ -89,7 +78,7 @@ fn producer(addr: String, id: u64) -> std::thread::JoinHandle<()> {
                             // Settle it through a new session: the item
                             // exists, or was completed (its result exists),
                             // or it was never made.
-                            client = connect(&addr, WRITER_SESSION).await;
+                            client = connect_when_up(&addr, WRITER_SESSION).await;
                             let queue = Queue::new(&client, QUEUE);
                             let found = queue.find_put(&attempt).await.expect("listed");
                             if found.is_some() || result_count(&client, job).await > 0 {
@@ -127,18 +116,18 @@ fn consumer(
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         runtime().block_on(async move {
-            let mut client = connect(&addr, CONSUMER_SESSION).await;
-            let mut writer = connect(&addr, WRITER_SESSION).await;
+            let mut client = connect_when_up(&addr, CONSUMER_SESSION).await;
+            let mut writer = connect_when_up(&addr, WRITER_SESSION).await;
             // After the restart, on the first job taken then: a restart
             // gives every session a full timeout again, which would let a
             // pause overlapping it go unnoticed by the server.
             let mut pause_pending = id < PAUSERS;
             while !stop.load(Ordering::SeqCst) {
                 if client.state().is_terminal() {
-                    client = connect(&addr, CONSUMER_SESSION).await;
+                    client = connect_when_up(&addr, CONSUMER_SESSION).await;
                 }
                 if writer.state().is_terminal() {
-                    writer = connect(&addr, WRITER_SESSION).await;
+                    writer = connect_when_up(&addr, WRITER_SESSION).await;
                 }
                 let queue = Queue::new(&client, QUEUE);
                 let job = match queue.take_timeout(Duration::from_millis(300)).await {
@@ -223,7 +212,7 @@ fn every_job_is_done_exactly_once_across_pauses_and_a_server_restart() {
     let addr = server.addr().to_owned();
     let admin_runtime = runtime();
     let admin = admin_runtime.block_on(async {
-        let admin = connect(&addr, WRITER_SESSION).await;
+        let admin = connect_when_up(&addr, WRITER_SESSION).await;
         for path in ["/stress", RESULTS] {
             admin
                 .create(path, Vec::new(), CreateMode::Persistent)
@@ -263,7 +252,7 @@ fn every_job_is_done_exactly_once_across_pauses_and_a_server_restart() {
         producer.join().expect("producer finishes");
     }
     let (per_job, left) = admin_runtime.block_on(async {
-        let admin = connect(&addr, WRITER_SESSION).await;
+        let admin = connect_when_up(&addr, WRITER_SESSION).await;
         let queue = Queue::new(&admin, QUEUE);
         loop {
             let per_job = results(&admin).await;

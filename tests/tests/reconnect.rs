@@ -6,25 +6,13 @@ use std::time::Duration;
 
 use arbor_client::recipes::Mutex;
 use arbor_client::{Client, ClientOptions, ConnectionState, CreateMode, EventType};
-use arbor_tests::{client, TempDir, TestServer};
+use arbor_tests::{client, wait_for_state, TempDir, TestServer};
 
 async fn connect(server: &TestServer, timeout_ms: u64) -> Client {
     let options = ClientOptions::default().with_session_timeout(Duration::from_millis(timeout_ms));
     Client::connect(server.addr(), options)
         .await
         .expect("connects")
-}
-
-async fn wait_for(client: &Client, want: ConnectionState) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while client.state() != want {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "state {:?}, wanted {want:?}",
-            client.state()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]
@@ -49,7 +37,7 @@ async fn a_restart_within_the_timeout_keeps_session_ephemerals_watches_and_lock(
     assert_eq!(lost, ConnectionState::Suspended);
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.restart();
-    wait_for(&c, ConnectionState::Reconnected).await;
+    wait_for_state(&c, ConnectionState::Reconnected).await;
     assert_eq!(states.next().await, Some(ConnectionState::Suspended));
     assert_eq!(states.next().await, Some(ConnectionState::Reconnected));
 
@@ -104,7 +92,7 @@ async fn a_restart_after_the_timeout_expires_the_session_and_hands_the_lock_on()
     // Down longer than the holder's timeout, shorter than the waiter's.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     server.restart();
-    wait_for(&holder, ConnectionState::Expired).await;
+    wait_for_state(&holder, ConnectionState::Expired).await;
     assert!(!guard.lost().await.is_connected());
     let granted = tokio::time::timeout(Duration::from_secs(10), next)
         .await
@@ -155,7 +143,7 @@ async fn servers_that_accept_but_never_answer_do_not_cost_the_session() {
     let session = c.session_id();
 
     server.restart();
-    wait_for(&c, ConnectionState::Reconnected).await;
+    wait_for_state(&c, ConnectionState::Reconnected).await;
     assert_eq!(c.session_id(), session);
     assert_eq!(c.connected_server().as_deref(), Some(server.addr()));
 }

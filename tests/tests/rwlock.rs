@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_client::recipes::{LockError, RwLock};
-use arbor_tests::{client, wait_for_children, TestServer};
+use arbor_tests::{client, listings, wait_for_children, TestServer};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -221,20 +221,6 @@ async fn try_write_is_refused_while_a_reader_holds() {
         Err(LockError::Locked)
     ));
     writing.release().await.expect("released");
-}
-
-/// Listings the server answered so far (`get_children` and
-/// `get_children_with_stat`, any result), from its `/metrics`.
-fn listings(server: &TestServer) -> u64 {
-    let (status, page) = server.admin_get("/metrics");
-    assert_eq!(status, 200, "/metrics answers");
-    page.lines()
-        .filter(|line| {
-            line.starts_with("arbor_requests_total{op=\"get_children\"")
-                || line.starts_with("arbor_requests_total{op=\"get_children_with_stat\"")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 /// Waits until the lock's directory has `count` children, by its stat (not

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_client::recipes::{FencedError, Lease, Semaphore, SemaphoreError};
-use arbor_client::{Client, ClientOptions, CreateMode, Error};
-use arbor_tests::{client, wait_for_children, TestServer};
+use arbor_client::{Client, CreateMode, Error};
+use arbor_tests::{client, connect_when_up, wait_for_children, TestServer};
 use tokio::sync::mpsc;
 
 #[tokio::test]
@@ -253,16 +253,6 @@ async fn exit(client: &Client, lease: &Lease, tally: &Tally) -> Result<(), Fence
     }
 }
 
-async fn connect(addr: &str, timeout: Duration) -> Client {
-    let options = ClientOptions::default().with_session_timeout(timeout);
-    loop {
-        match Client::connect(addr, options.clone()).await {
-            Ok(client) => return client,
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
-}
-
 fn count_refusal(result: Result<(), FencedError>, tally: &Tally) -> bool {
     match result {
         Ok(()) => true,
@@ -284,14 +274,14 @@ fn worker(addr: String, tally: Arc<Tally>, id: u64) -> std::thread::JoinHandle<(
             .expect("runtime");
         runtime.block_on(async move {
             let pause_at = (id * 7 + 3) % STRESS_CYCLES;
-            let mut client = connect(&addr, SESSION_TIMEOUT).await;
+            let mut client = connect_when_up(&addr, SESSION_TIMEOUT).await;
             // Writes go through a second session that outlives the pauses,
             // so a frozen holder comes back able to send, and only the
             // fence stops it.
-            let writer = connect(&addr, WRITER_SESSION_TIMEOUT).await;
+            let writer = connect_when_up(&addr, WRITER_SESSION_TIMEOUT).await;
             for cycle in 0..STRESS_CYCLES {
                 if client.state().is_terminal() {
-                    client = connect(&addr, SESSION_TIMEOUT).await;
+                    client = connect_when_up(&addr, SESSION_TIMEOUT).await;
                 }
                 let pool = Semaphore::new(&client, "/sem/stress", STRESS_PERMITS);
                 let Ok(lease) = pool.acquire().await else {

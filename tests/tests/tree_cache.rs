@@ -16,7 +16,7 @@ use arbor_client::recipes::{
 use arbor_client::{
     Client, ClientOptions, ConnectionState, CreateMode, Error, MultiOp, Stat, WatcherKind,
 };
-use arbor_tests::TestServer;
+use arbor_tests::{wait_for_state, TestServer};
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -622,7 +622,7 @@ async fn a_reconnect_finds_what_changed_while_away() {
     let mut changes = cache.changes();
 
     proxy.cut(true);
-    until_state(&watcher, ConnectionState::Suspended).await;
+    wait_for_state(&watcher, ConnectionState::Suspended).await;
     writer
         .set_data("/w/set", b"v2".to_vec(), None)
         .await
@@ -642,7 +642,7 @@ async fn a_reconnect_finds_what_changed_while_away() {
         .await
         .expect("made");
     proxy.admit();
-    until_state(&watcher, ConnectionState::Reconnected).await;
+    wait_for_state(&watcher, ConnectionState::Reconnected).await;
 
     cache.sync().await.expect("caught up");
     let snapshot = cache.snapshot().expect("alive");
@@ -686,18 +686,6 @@ async fn a_reconnect_finds_what_changed_while_away() {
         "an unchanged node is not reported: {seen:#?}"
     );
     cache.close().await.expect("closed");
-}
-
-async fn until_state(client: &Client, want: ConnectionState) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while client.state() != want {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "state {:?}, wanted {want:?}",
-            client.state()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 // Proves a change stream that falls behind ends with Lagged while the cache stays equal to
@@ -802,7 +790,7 @@ async fn expiry_ends_the_cache_and_close_removes_the_watch() {
     let cache = TreeCache::start(&doomed, "/e").await.expect("starts");
     cache.initialized().await.expect("initialized");
     proxy.cut(true);
-    until_state(&doomed, ConnectionState::Expired).await;
+    wait_for_state(&doomed, ConnectionState::Expired).await;
     let end = cache.sync().await.expect_err("ended");
     assert!(
         matches!(end, TreeCacheError::Client(Error::SessionExpired)),
