@@ -23,6 +23,9 @@
 //! zero-fill = 0x00*                 ; preallocated space not yet written
 //! ```
 //!
+//! Beside the segments, `spare.wal` is the next segment being zero-filled
+//! ahead ([`spare`]); it is not a segment name, so readers skip it.
+//!
 //! The first record of a segment has zxid `first_zxid`. Zxids are
 //! `(epoch << 32) | counter`; the epoch is bumped at each start and its first
 //! zxid has counter 1. A record's zxid therefore either is the previous one
@@ -71,6 +74,7 @@ use crate::storage::error::StorageError;
 
 pub mod format;
 mod reader;
+mod spare;
 mod writer;
 
 #[cfg(test)]

@@ -74,6 +74,7 @@ fn options(segment_bytes_max: u64, fsync: FsyncPolicy) -> TxnLogOptions {
         segment_bytes_max,
         fsync,
         preallocate_bytes: 0,
+        spares: false,
     }
 }
 
@@ -394,6 +395,7 @@ fn zero_fill_is_the_end_of_the_log() {
         segment_bytes_max: 1 << 20,
         fsync: FsyncPolicy::Always,
         preallocate_bytes: 4096,
+        spares: false,
     };
     let written = write_log(
         dir.path(),
@@ -642,6 +644,7 @@ fn fsync_never_still_writes_readable_records() {
         segment_bytes_max: 256,
         fsync: FsyncPolicy::Never,
         preallocate_bytes: 128,
+        spares: false,
     };
     let written = write_log(dir.path(), options, &batches);
     let (seen, tail) = read_all(dir.path(), 0).expect("reads");
@@ -722,4 +725,66 @@ fn a_half_purged_segment_is_ignored_then_removed() {
     assert!(list_segments(dir.path()).expect("list").is_empty());
     assert!(purge(dir.path(), 0).expect("purge").is_empty());
     assert!(!leftover.exists(), "the leftover was deleted");
+}
+
+#[test]
+fn spare_segments_take_the_growth_off_the_append() {
+    // A segment whose preallocated space is used up rolls into a spare made
+    // ahead, so no append grows a file; spares double up to the segment size.
+    let dir = TempDir::new("spares");
+    let options = TxnLogOptions {
+        segment_bytes_max: 16 * 1024,
+        fsync: FsyncPolicy::Always,
+        preallocate_bytes: 4096,
+        spares: true,
+    };
+    let spare = dir.path().join(super::spare::SPARE_FILE_NAME);
+    let mut writer = reopen(dir.path(), options.clone());
+    let mut written = Vec::new();
+    for i in 0..200 {
+        assert!(writer.wait_for_spare(), "a spare is made");
+        let batch = entries(E1, 4 * i + 1, 4 * i + 4);
+        writer.append(&batch).expect("append");
+        written.extend(batch);
+    }
+    assert_eq!(writer.grown_inline(), 0, "every roll found its spare");
+    assert!(writer.wait_for_spare() && spare.exists());
+    let mut sizes: Vec<u64> = list_segments(dir.path())
+        .expect("lists")
+        .iter()
+        .map(|(_, path)| fs::metadata(path).expect("stat").len())
+        .collect();
+    let last = sizes.pop().expect("segments");
+    assert_eq!(last, 16 * 1024, "the last segment is its spare's size");
+    assert!(sizes.len() >= 2, "{sizes:?}");
+    assert!(
+        sizes[0] <= 4096 && (4096..=8192).contains(&sizes[1]),
+        "{sizes:?}"
+    );
+
+    // A batch bigger than any spare grows its segment the old way.
+    let big = entries(E1, 801, 1400);
+    assert!(record_bytes(&big[0]) * 600 > 16 * 1024);
+    writer.append(&big).expect("append");
+    assert_eq!(writer.grown_inline(), 1);
+    written.extend(big);
+
+    // The spare nobody took goes with the writer; the log reads back whole.
+    drop(writer);
+    assert!(!spare.exists());
+    let (seen, tail) = read_all(dir.path(), 0).expect("reads");
+    assert_eq!(seen, written);
+    assert_eq!(tail.torn, None);
+
+    // A spare left by a crash is not a segment and is replaced on open.
+    fs::write(&spare, b"left by a crash").expect("write");
+    let (seen, _) = read_all(dir.path(), 0).expect("reads");
+    assert_eq!(seen, written);
+    let mut writer = reopen(dir.path(), options);
+    assert!(writer.wait_for_spare());
+    writer.append(&entries(E2, 1, 4)).expect("append");
+    assert_eq!(writer.grown_inline(), 0);
+    drop(writer);
+    let (seen, _) = read_all(dir.path(), 0).expect("reads");
+    assert_eq!(seen, [written, entries(E2, 1, 4)].concat());
 }

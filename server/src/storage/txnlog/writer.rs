@@ -15,6 +15,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use arbor_protocol::Hex;
@@ -23,6 +24,7 @@ use tracing::{debug, info, warn};
 
 use super::format::{continues, encode_header, encode_record, segment_file_name, HEADER_BYTES};
 use super::reader::LogTail;
+use super::spare::{Spare, Spares};
 use super::{list_segments, sync_dir};
 use crate::storage::error::StorageError;
 use crate::storage::write_zeros;
@@ -40,6 +42,10 @@ pub const PREALLOCATE_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 /// multis is given back (it held ~1 MB of a 10 k-znode fill's RSS), which
 /// costs those batches an allocation each, small beside their fsync.
 const BUFFER_BYTES_RETAINED_MAX: usize = 256 * 1024;
+/// Zeros up to this much are left at the end of a full segment (the reader
+/// takes them as its end): cutting them would cost the roll a metadata sync,
+/// and a segment rolled into a spare has less than a batch of them left.
+const ZERO_FILL_KEPT_MAX: u64 = 64 * 1024;
 
 /// When appended records are forced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +67,9 @@ pub struct TxnLogOptions {
     pub fsync: FsyncPolicy,
     /// Growth chunk (0: grow with each write).
     pub preallocate_bytes: u64,
+    /// Make the next segment ahead on a background thread ([`super::spare`]);
+    /// only with [`FsyncPolicy::Always`] and preallocation.
+    pub spares: bool,
 }
 
 impl Default for TxnLogOptions {
@@ -69,6 +78,7 @@ impl Default for TxnLogOptions {
             segment_bytes_max: SEGMENT_BYTES_DEFAULT,
             fsync: FsyncPolicy::Always,
             preallocate_bytes: PREALLOCATE_BYTES_DEFAULT,
+            spares: true,
         }
     }
 }
@@ -123,6 +133,10 @@ pub struct TxnLogWriter {
     buffer: Vec<u8>,
     /// Set by a failed write or fsync; names the file.
     failed: Option<PathBuf>,
+    /// The next segment, being made ahead (`None`: segments grow as they fill).
+    spares: Option<Spares>,
+    /// Appends that had to grow their segment themselves.
+    grown_inline: u64,
 }
 
 impl std::fmt::Debug for TxnLogWriter {
@@ -179,6 +193,15 @@ impl TxnLogWriter {
             sync_dir(dir)?;
         }
 
+        let spares = if options.spares && options.sync() && options.preallocate_bytes > 0 {
+            let first_bytes = options.preallocate_bytes.max(HEADER_BYTES as u64 + 1);
+            Some(
+                Spares::start(dir, first_bytes, options.segment_bytes_max)
+                    .map_err(StorageError::io("start making a spare segment in", dir))?,
+            )
+        } else {
+            None
+        };
         let last_zxid = tail.last_zxid.unwrap_or(0);
         info!(dir = %dir.display(), last_zxid = %Hex(last_zxid), segments = segments.len(), "opened the log for appending");
         Ok(Self {
@@ -188,7 +211,21 @@ impl TxnLogWriter {
             last_zxid,
             buffer: Vec::new(),
             failed: None,
+            spares,
+            grown_inline: 0,
         })
+    }
+
+    /// How many appends had to grow their segment themselves (the spare was
+    /// not ready, or a batch outgrew it).
+    pub fn grown_inline(&self) -> u64 {
+        self.grown_inline
+    }
+
+    /// Waits until the spare segment is ready; false if none is being made.
+    #[cfg(test)]
+    pub(super) fn wait_for_spare(&self) -> bool {
+        self.spares.as_ref().is_some_and(Spares::wait_ready)
     }
 
     /// The last zxid in the log (0: empty).
@@ -230,20 +267,36 @@ impl TxnLogWriter {
         }
         let batch_bytes = self.buffer.len() as u64;
 
-        let needs_new_segment = match &self.segment {
-            None => true,
-            Some(segment) => {
-                segment.records > 0
-                    && segment.write_pos + batch_bytes > self.options.segment_bytes_max
+        // A segment whose preallocated space is used up rolls early if a
+        // spare is ready (no growth on the commit path); a full one rolls
+        // with or without it.
+        let roll = match &self.segment {
+            None => Roll::Now,
+            Some(segment) if segment.records == 0 => Roll::No,
+            Some(segment) if segment.write_pos + batch_bytes > self.options.segment_bytes_max => {
+                Roll::Now
             }
+            Some(segment) if segment.write_pos + batch_bytes > segment.file_bytes => Roll::IfSpare,
+            Some(_) => Roll::No,
         };
-        if needs_new_segment {
+        let spare = match roll {
+            Roll::No => None,
+            Roll::Now | Roll::IfSpare => self
+                .spares
+                .as_mut()
+                .and_then(|spares| spares.take(HEADER_BYTES as u64 + batch_bytes)),
+        };
+        if roll == Roll::Now || spare.is_some() {
+            let rolling = std::time::Instant::now();
             if let Some(old) = self.segment.take() {
                 self.close_segment(old)?;
             }
-            self.segment = Some(self.create_segment(first.zxid)?);
+            self.segment = Some(self.create_segment(first.zxid, spare, rolling)?);
         }
         let segment = self.segment.as_mut().expect("a segment was just ensured");
+        if segment.write_pos + batch_bytes > segment.file_bytes {
+            self.grown_inline += 1;
+        }
         let result = write_batch(segment, &self.buffer, &self.options);
         if result.is_err() {
             self.failed = Some(segment.path.clone());
@@ -259,29 +312,47 @@ impl TxnLogWriter {
     }
 
     /// Creates `log.<first_zxid>`: header, sync, then the directory entry.
-    fn create_segment(&mut self, first_zxid: Zxid) -> Result<OpenSegment, StorageError> {
+    /// From `spare` if given: its header is written over its zeros and it is
+    /// renamed into place, already the spare's size.
+    fn create_segment(
+        &mut self,
+        first_zxid: Zxid,
+        spare: Option<Spare>,
+        rolling: std::time::Instant,
+    ) -> Result<OpenSegment, StorageError> {
         let path = self.dir.join(segment_file_name(first_zxid));
-        let result = create_segment_file(&path, first_zxid, &self.options);
+        let from_spare = spare.is_some();
+        let result = match spare {
+            Some(spare) => segment_from_spare(spare, &path, first_zxid),
+            None => create_segment_file(&path, first_zxid, &self.options)
+                .map(|file| (file, HEADER_BYTES as u64)),
+        };
         if result.is_err() {
             self.failed = Some(path.clone());
         }
-        let file = result?;
+        let (file, file_bytes) = result?;
+        if from_spare {
+            if let Some(spares) = self.spares.as_mut() {
+                spares.make_next();
+            }
+        }
         if self.options.sync() {
             sync_dir(&self.dir).inspect_err(|_| self.failed = Some(path.clone()))?;
         }
-        info!(path = %path.display(), first_zxid = %Hex(first_zxid), "started a new log segment");
+        info!(path = %path.display(), first_zxid = %Hex(first_zxid), file_bytes, from_spare, roll_us = rolling.elapsed().as_micros() as u64, "started a new log segment");
         Ok(OpenSegment {
             file,
             path,
             write_pos: HEADER_BYTES as u64,
-            file_bytes: HEADER_BYTES as u64,
+            file_bytes,
             records: 0,
         })
     }
 
-    /// Drops the preallocated zeros of a segment that is full.
+    /// Drops the preallocated zeros of a segment that is full, unless they
+    /// are few ([`ZERO_FILL_KEPT_MAX`]).
     fn close_segment(&mut self, segment: OpenSegment) -> Result<(), StorageError> {
-        if segment.file_bytes > segment.write_pos {
+        if segment.file_bytes > segment.write_pos + ZERO_FILL_KEPT_MAX {
             let result = truncate(
                 &segment.file,
                 &segment.path,
@@ -364,6 +435,34 @@ fn cut_to_valid_end(
     Ok(())
 }
 
+/// When a batch starts a new segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Roll {
+    No,
+    /// Only into a ready spare: the segment could grow instead.
+    IfSpare,
+    Now,
+}
+
+/// Turns a spare into segment `path`: the header over its first zeros,
+/// synced before the rename, so a segment never appears without one.
+fn segment_from_spare(
+    spare: Spare,
+    path: &Path,
+    first_zxid: Zxid,
+) -> Result<(File, u64), StorageError> {
+    spare
+        .file
+        .write_all_at(&encode_header(first_zxid), 0)
+        .map_err(StorageError::io("write the header of", &spare.path))?;
+    spare
+        .file
+        .sync_data()
+        .map_err(StorageError::io("fsync", &spare.path))?;
+    fs::rename(&spare.path, path).map_err(StorageError::io("rename", &spare.path))?;
+    Ok((spare.file, spare.bytes))
+}
+
 fn create_segment_file(
     path: &Path,
     first_zxid: Zxid,
@@ -400,7 +499,7 @@ fn write_batch(
     }
     segment
         .file
-        .write_all(batch)
+        .write_all_at(batch, segment.write_pos)
         .map_err(StorageError::io("write", &segment.path))?;
     segment.write_pos = end;
     segment.file_bytes = segment.file_bytes.max(end);
