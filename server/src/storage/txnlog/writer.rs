@@ -302,6 +302,9 @@ impl TxnLogWriter {
             self.failed = Some(segment.path.clone());
         }
         result?;
+        if let Some(spares) = &self.spares {
+            spares.appended(batch_bytes);
+        }
         segment.records += entries.len() as u64;
         self.last_zxid = prev;
 
