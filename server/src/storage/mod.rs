@@ -17,6 +17,7 @@ pub mod recovery;
 pub mod restore;
 pub mod snapshot;
 pub mod snapshotter;
+pub(crate) mod spare;
 pub mod txnlog;
 pub mod wal;
 

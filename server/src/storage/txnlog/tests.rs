@@ -738,7 +738,7 @@ fn spare_segments_take_the_growth_off_the_append() {
         preallocate_bytes: 4096,
         spares: true,
     };
-    let spare = dir.path().join(super::spare::SPARE_FILE_NAME);
+    let spare = dir.path().join(crate::storage::spare::SPARE_FILE_NAME);
     let mut writer = reopen(dir.path(), options.clone());
     let mut written = Vec::new();
     for i in 0..200 {

@@ -24,9 +24,9 @@ use tracing::{debug, info, warn};
 
 use super::format::{continues, encode_header, encode_record, segment_file_name, HEADER_BYTES};
 use super::reader::LogTail;
-use super::spare::{Spare, Spares};
 use super::{list_segments, sync_dir};
 use crate::storage::error::StorageError;
+use crate::storage::spare::{Spare, Spares};
 use crate::storage::write_zeros;
 use crate::txn::TxnEntry;
 
@@ -67,7 +67,7 @@ pub struct TxnLogOptions {
     pub fsync: FsyncPolicy,
     /// Growth chunk (0: grow with each write).
     pub preallocate_bytes: u64,
-    /// Make the next segment ahead on a background thread ([`super::spare`]);
+    /// Make the next segment ahead on a background thread ([`crate::storage::spare`]);
     /// only with [`FsyncPolicy::Always`] and preallocation.
     pub spares: bool,
 }
@@ -196,8 +196,13 @@ impl TxnLogWriter {
         let spares = if options.spares && options.sync() && options.preallocate_bytes > 0 {
             let first_bytes = options.preallocate_bytes.max(HEADER_BYTES as u64 + 1);
             Some(
-                Spares::start(dir, first_bytes, options.segment_bytes_max)
-                    .map_err(StorageError::io("start making a spare segment in", dir))?,
+                Spares::start(
+                    dir,
+                    first_bytes,
+                    options.segment_bytes_max,
+                    "arbor-wal-spare",
+                )
+                .map_err(StorageError::io("start making a spare segment in", dir))?,
             )
         } else {
             None

@@ -1,6 +1,8 @@
-//! The next segment, made ahead: a background thread writes a spare file full
-//! of zeros and syncs it while the current segment fills, and a roll renames
-//! it into place.
+//! A log's next segment, made ahead: a background thread writes a spare file
+//! full of zeros and syncs it while the current segment fills, and a roll
+//! writes the segment's header over its first zeros and renames it into
+//! place. Both logs use it: the write-ahead log ([`super::txnlog`]) and an
+//! ensemble member's replicated log (`crate::cluster::log_files`).
 //!
 //! Why: the log preallocates (a write into fresh space makes every fdatasync
 //! record the new size or block allocation too), and zeros written by the
@@ -39,7 +41,7 @@ use tracing::{debug, warn};
 use crate::storage::write_zeros;
 
 /// The spare's file name in the log directory (not a segment name).
-pub(super) const SPARE_FILE_NAME: &str = "spare.wal";
+pub(crate) const SPARE_FILE_NAME: &str = "spare.wal";
 
 /// Zeros pushed to disk per step before the next step is written: a commit
 /// whose fdatasync arrives meanwhile waits behind at most this much.
@@ -64,7 +66,7 @@ const FILL_PAUSE: Duration = Duration::from_millis(2);
 
 /// A spare, filled with zeros and synced: its size and blocks are durable.
 #[derive(Debug)]
-pub(super) struct Spare {
+pub(crate) struct Spare {
     pub file: File,
     pub path: PathBuf,
     pub bytes: u64,
@@ -83,7 +85,7 @@ struct State {
 /// The writer's handle on the spare thread. Dropping it stops the thread
 /// (within one fill step) and deletes a spare nobody took.
 #[derive(Debug)]
-pub(super) struct Spares {
+pub(crate) struct Spares {
     state: Arc<(Mutex<State>, Condvar)>,
     /// Bytes appended to the log so far, which pace the fill.
     appended: Arc<AtomicU64>,
@@ -94,9 +96,14 @@ pub(super) struct Spares {
 }
 
 impl Spares {
-    /// Deletes a spare left in `dir` and starts making one of `first_bytes`;
-    /// later ones double up to `bytes_max`.
-    pub fn start(dir: &Path, first_bytes: u64, bytes_max: u64) -> io::Result<Self> {
+    /// Deletes a spare left in `dir` and starts making one of `first_bytes`
+    /// on a thread named `thread_name`; later ones double up to `bytes_max`.
+    pub fn start(
+        dir: &Path,
+        first_bytes: u64,
+        bytes_max: u64,
+        thread_name: &str,
+    ) -> io::Result<Self> {
         let path = dir.join(SPARE_FILE_NAME);
         match fs::remove_file(&path) {
             Ok(()) => debug!(path = %path.display(), "deleted a spare log segment left by a crash"),
@@ -116,7 +123,7 @@ impl Spares {
             let state = state.clone();
             let appended = appended.clone();
             std::thread::Builder::new()
-                .name("arbor-wal-spare".into())
+                .name(thread_name.into())
                 .spawn(move || make_spares(&path, &state, &appended))?
         };
         Ok(Self {
