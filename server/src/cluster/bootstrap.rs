@@ -124,6 +124,7 @@ pub fn open_storage(
             segment_bytes_max: config.segment_bytes_max,
             fsync: config.fsync,
             preallocate_bytes: crate::storage::txnlog::PREALLOCATE_BYTES_DEFAULT,
+            spares: true,
         },
     )?;
     let peer_addr = &ensemble.members[&ensemble.member_id].peer;

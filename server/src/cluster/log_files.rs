@@ -27,11 +27,18 @@
 //! ```
 //!
 //! The last segment may end in zeros: space written ahead of the records
-//! (`preallocate_bytes` at a time, zeros actually written, not a hole), so
-//! that syncing an append does not also have to record a new file size and
-//! new blocks. A reader takes a zero length followed only by zeros as the
-//! end of the log. A segment is trimmed to its records before the next one
-//! is started, so no other segment has zeros.
+//! (zeros actually written, not a hole), so that syncing an append does not
+//! also have to record a new file size and new blocks. A reader takes a zero
+//! length followed only by zeros as the end of the log. A segment is trimmed
+//! to its records before the next one is started, so no other segment has
+//! zeros.
+//!
+//! The zeros come from a spare made ahead ([`crate::storage::spare`]), as
+//! the write-ahead log's do: when a segment's zeros run out, the log rolls
+//! into the spare, whose header is written over its first zeros before it
+//! is renamed into place. Only when no spare is ready does a segment grow
+//! itself, `preallocate_bytes` at a time, on the append path; that write of
+//! fresh zeros held the next sync for milliseconds.
 //!
 //! Record k of a segment has index `first_index + k`. A segment names the
 //! last index before it, so a segment file lost from the middle of the log
@@ -70,6 +77,7 @@ use bincode::Encode;
 
 use super::records::{LogPosition, MembershipRecord};
 use super::types::{Command, LogRecord, TypeConfig};
+use crate::storage::spare::{Spare, Spares};
 use crate::storage::txnlog::format::{
     parse_record_header, record_crc, RECORD_BYTES_MAX, RECORD_HEADER_BYTES,
 };
@@ -275,6 +283,10 @@ pub struct LogOptions {
     pub fsync: FsyncPolicy,
     /// Zeros written ahead of the records at a time (0: none).
     pub preallocate_bytes: u64,
+    /// Make the next segment ahead on a background thread
+    /// ([`crate::storage::spare`]); only with [`FsyncPolicy::Always`] and
+    /// preallocation.
+    pub spares: bool,
 }
 
 /// The log's segment files, open for appending to the last.
@@ -288,6 +300,10 @@ pub struct LogFiles {
     active: Option<File>,
     /// Written since the last sync.
     dirty: bool,
+    /// The next segment, being made ahead (`None`: segments grow as they fill).
+    spares: Option<Spares>,
+    /// Appends that had to grow their segment themselves.
+    grown_inline: u64,
 }
 
 impl LogFiles {
@@ -339,18 +355,49 @@ impl LogFiles {
             Some(segment) => Some(open_write(&segment.path)?),
             None => None,
         };
+        let spares = if options.spares
+            && options.fsync == FsyncPolicy::Always
+            && options.preallocate_bytes > 0
+        {
+            let first_bytes = options.preallocate_bytes.max(HEADER_BYTES as u64 + 1);
+            Some(
+                Spares::start(
+                    dir,
+                    first_bytes,
+                    options.segment_bytes_max,
+                    "arbor-raft-spare",
+                )
+                .map_err(io("start making a spare segment in", dir))?,
+            )
+        } else {
+            None
+        };
         let mut files = Self {
             dir: dir.to_owned(),
             options,
             segments,
             active,
             dirty: false,
+            spares,
+            grown_inline: 0,
         };
         if let Some(purged) = purged_index {
             // A crash between recording a purge and deleting its segments.
             files.purge_through(purged)?;
         }
         Ok(files)
+    }
+
+    /// How many appends had to grow their segment themselves (no spare was
+    /// ready, or a batch outgrew it).
+    pub fn grown_inline(&self) -> u64 {
+        self.grown_inline
+    }
+
+    /// Waits until the spare segment is ready; false if none is being made.
+    #[cfg(test)]
+    pub(super) fn wait_for_spare(&self) -> bool {
+        self.spares.as_ref().is_some_and(Spares::wait_ready)
     }
 
     /// The last index on disk.
@@ -372,12 +419,24 @@ impl LogFiles {
                 found: batch.first_index,
             });
         }
-        let roll = self.segments.last().is_none_or(|segment| {
+        let batch_bytes = batch.bytes.len() as u64;
+        let last = self.segments.last();
+        let roll = last.is_none_or(|segment| {
             segment.end() >= self.options.segment_bytes_max
                 || segment.next_index() != batch.first_index
         });
-        if roll {
-            self.start_segment(batch.first_index)?;
+        // A segment whose zeros are used up rolls early into a ready spare
+        // rather than grow on the append path (one with no records yet
+        // would only be replaced by another of the same name).
+        let out_of_zeros = last.is_some_and(|segment| {
+            !segment.ends.is_empty() && segment.end() + batch_bytes > segment.file_bytes
+        });
+        let spare = match &mut self.spares {
+            Some(spares) if roll || out_of_zeros => spares.take(HEADER_BYTES as u64 + batch_bytes),
+            _ => None,
+        };
+        if roll || spare.is_some() {
+            self.start_segment(batch.first_index, spare)?;
         }
         let segment = self
             .segments
@@ -385,7 +444,10 @@ impl LogFiles {
             .expect("a segment was just ensured");
         let file = self.active.as_mut().expect("the last segment is open");
         let base = segment.end();
-        let end = base + batch.bytes.len() as u64;
+        let end = base + batch_bytes;
+        if end > segment.file_bytes {
+            self.grown_inline += 1;
+        }
         if end > segment.file_bytes && self.options.preallocate_bytes > 0 {
             // Whole chunks, but not far past the roll point.
             let chunk = self.options.preallocate_bytes;
@@ -398,6 +460,9 @@ impl LogFiles {
         segment.file_bytes = segment.file_bytes.max(end);
         segment.ends.extend(batch.ends.iter().map(|end| base + end));
         self.dirty = true;
+        if let Some(spares) = &self.spares {
+            spares.appended(batch_bytes);
+        }
         Ok(())
     }
 
@@ -416,8 +481,9 @@ impl LogFiles {
     }
 
     /// Syncs the segment being closed and trims its zeros, then creates the
-    /// next one durably.
-    fn start_segment(&mut self, first_index: u64) -> Result<(), LogError> {
+    /// next one durably: from `spare` if given (already its full size),
+    /// else as a file holding only the header.
+    fn start_segment(&mut self, first_index: u64, spare: Option<Spare>) -> Result<(), LogError> {
         self.sync()?;
         if let (Some(file), Some(segment)) = (&self.active, self.segments.last_mut()) {
             if segment.file_bytes > segment.end() {
@@ -431,24 +497,50 @@ impl LogFiles {
         }
         let prev_index = self.last_index();
         let path = self.dir.join(segment_file_name(first_index));
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(io("create", &path))?;
-        file.write_all(&encode_header(first_index, prev_index))
-            .map_err(io("write", &path))?;
+        let header = encode_header(first_index, prev_index);
+        let from_spare = spare.is_some();
+        let (file, file_bytes) = match spare {
+            // Spares are made only when every write is synced.
+            Some(spare) => {
+                spare
+                    .file
+                    .write_all_at(&header, 0)
+                    .map_err(io("write the header of", &spare.path))?;
+                // The header is durable before the name: a segment never
+                // appears without one.
+                spare.file.sync_data().map_err(io("fsync", &spare.path))?;
+                fs::rename(&spare.path, &path).map_err(io("rename", &spare.path))?;
+                (spare.file, spare.bytes)
+            }
+            None => {
+                let mut file = OpenOptions::new()
+                    .create(true)
+                    .truncate(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(io("create", &path))?;
+                file.write_all(&header).map_err(io("write", &path))?;
+                if self.options.fsync == FsyncPolicy::Always {
+                    file.sync_all().map_err(io("fsync", &path))?;
+                }
+                (file, HEADER_BYTES as u64)
+            }
+        };
         if self.options.fsync == FsyncPolicy::Always {
-            file.sync_all().map_err(io("fsync", &path))?;
             sync_dir(&self.dir)?;
         }
+        if from_spare {
+            if let Some(spares) = self.spares.as_mut() {
+                spares.make_next();
+            }
+        }
+        tracing::debug!(path = %path.display(), first_index, file_bytes, from_spare, "started a replicated log segment");
         self.segments.push(Segment {
             first_index,
             prev_index,
             path,
             ends: Vec::new(),
-            file_bytes: HEADER_BYTES as u64,
+            file_bytes,
         });
         self.active = Some(file);
         Ok(())

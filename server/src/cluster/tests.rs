@@ -12,7 +12,7 @@ use openraft::testing::{log_id, StoreBuilder, Suite};
 use openraft::{Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, StorageError};
 use tokio::sync::mpsc;
 
-use super::log_files::LogOptions;
+use super::log_files::{EncodedBatch, LogFiles, LogOptions};
 use super::log_store::{LogIoThread, LogStore};
 use super::records::MemberId;
 use super::state_machine::{load_newest, ClusterStateMachine};
@@ -53,6 +53,7 @@ pub(super) fn options() -> LogOptions {
         segment_bytes_max: 512,
         fsync: FsyncPolicy::Always,
         preallocate_bytes: 256,
+        spares: false,
     }
 }
 
@@ -182,6 +183,67 @@ async fn a_reopened_log_has_every_synced_entry_its_vote_and_its_truncations() {
     );
 }
 
+#[test]
+fn segments_roll_into_spares_made_ahead_and_read_back_whole() {
+    // A segment whose zeros run out rolls into a spare made ahead, so no
+    // append grows a file on the write path; every entry reads back across
+    // the rolls, and the spare is never taken for a segment.
+    let dir = TempDir::new("spares");
+    let log_dir = dir.0.join("log");
+    let options = LogOptions {
+        segment_bytes_max: 64 * 1024,
+        fsync: FsyncPolicy::Always,
+        preallocate_bytes: 4096,
+        spares: true,
+    };
+    let mut files = LogFiles::open(&log_dir, options.clone(), None, |_| {}).expect("opens");
+    let entries: Vec<_> = (1..=1200)
+        .map(|i| command(i, 1, &format!("/spare/{i}")))
+        .collect();
+    for batch in entries.chunks(10) {
+        assert!(files.wait_for_spare(), "a spare is made");
+        files
+            .write(&EncodedBatch::encode(batch).expect("encodes"))
+            .expect("writes");
+        files.sync().expect("syncs");
+    }
+    assert_eq!(files.grown_inline(), 0, "every segment came from a spare");
+    let names: Vec<String> = std::fs::read_dir(&log_dir)
+        .expect("lists")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let segments = names
+        .iter()
+        .filter(|name| name.starts_with("raft."))
+        .count();
+    assert!(
+        segments >= 4,
+        "spares double from 4 KiB to 64 KiB: {names:?}"
+    );
+    assert!(names.iter().any(|name| name == "spare.wal"), "{names:?}");
+    drop(files);
+    assert!(
+        !log_dir.join("spare.wal").exists(),
+        "a spare nobody took is deleted"
+    );
+    // A spare left by a crash is no segment: deleted, never read.
+    std::fs::write(log_dir.join("spare.wal"), b"half a spare").expect("writes");
+
+    let mut read = Vec::new();
+    let reopened = LogFiles::open(&log_dir, options, None, |record| {
+        read.push(record.position.index)
+    })
+    .expect("reopens");
+    assert_eq!(read, (1..=1200).collect::<Vec<u64>>());
+    assert_eq!(reopened.last_index(), Some(1200));
+}
+
 #[tokio::test]
 async fn a_suffix_cut_inside_the_open_segment_is_overwritten_in_place() {
     // Raft's usual truncation: a follower's last few entries conflict with
@@ -193,6 +255,7 @@ async fn a_suffix_cut_inside_the_open_segment_is_overwritten_in_place() {
         segment_bytes_max: 1 << 20,
         fsync: FsyncPolicy::Always,
         preallocate_bytes: 64 * 1024,
+        spares: false,
     };
     let (mut store, thread) = LogStore::open(&dir.0.join("raft"), big.clone()).expect("opens");
     append(
