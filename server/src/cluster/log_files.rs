@@ -359,16 +359,9 @@ impl LogFiles {
             && options.fsync == FsyncPolicy::Always
             && options.preallocate_bytes > 0
         {
-            let first_bytes = options.preallocate_bytes.max(HEADER_BYTES as u64 + 1);
-            Some(
-                Spares::start(
-                    dir,
-                    first_bytes,
-                    options.segment_bytes_max,
-                    "arbor-raft-spare",
-                )
-                .map_err(io("start making a spare segment in", dir))?,
-            )
+            let (prealloc, max) = (options.preallocate_bytes, options.segment_bytes_max);
+            let spares = Spares::start(dir, HEADER_BYTES as u64, prealloc, max, "arbor-raft-spare");
+            Some(spares.map_err(io("start making a spare segment in", dir))?)
         } else {
             None
         };

@@ -96,14 +96,18 @@ pub(crate) struct Spares {
 }
 
 impl Spares {
-    /// Deletes a spare left in `dir` and starts making one of `first_bytes`
-    /// on a thread named `thread_name`; later ones double up to `bytes_max`.
+    /// Deletes a spare left in `dir` and starts making one on a thread named
+    /// `thread_name`: the first of `preallocate_bytes` (and at least a byte
+    /// more than the log's `header_bytes`, or it would hold no record); later
+    /// ones double up to `bytes_max`.
     pub fn start(
         dir: &Path,
-        first_bytes: u64,
+        header_bytes: u64,
+        preallocate_bytes: u64,
         bytes_max: u64,
         thread_name: &str,
     ) -> io::Result<Self> {
+        let first_bytes = preallocate_bytes.max(header_bytes + 1);
         let path = dir.join(SPARE_FILE_NAME);
         match fs::remove_file(&path) {
             Ok(()) => debug!(path = %path.display(), "deleted a spare log segment left by a crash"),

@@ -194,16 +194,9 @@ impl TxnLogWriter {
         }
 
         let spares = if options.spares && options.sync() && options.preallocate_bytes > 0 {
-            let first_bytes = options.preallocate_bytes.max(HEADER_BYTES as u64 + 1);
-            Some(
-                Spares::start(
-                    dir,
-                    first_bytes,
-                    options.segment_bytes_max,
-                    "arbor-wal-spare",
-                )
-                .map_err(StorageError::io("start making a spare segment in", dir))?,
-            )
+            let (prealloc, max) = (options.preallocate_bytes, options.segment_bytes_max);
+            let spares = Spares::start(dir, HEADER_BYTES as u64, prealloc, max, "arbor-wal-spare");
+            Some(spares.map_err(StorageError::io("start making a spare segment in", dir))?)
         } else {
             None
         };
