@@ -495,15 +495,10 @@ impl LogFiles {
         let (file, file_bytes) = match spare {
             // Spares are made only when every write is synced.
             Some(spare) => {
+                let spare_path = spare.path.clone();
                 spare
-                    .file
-                    .write_all_at(&header, 0)
-                    .map_err(io("write the header of", &spare.path))?;
-                // The header is durable before the name: a segment never
-                // appears without one.
-                spare.file.sync_data().map_err(io("fsync", &spare.path))?;
-                fs::rename(&spare.path, &path).map_err(io("rename", &spare.path))?;
-                (spare.file, spare.bytes)
+                    .into_segment(&header, &path)
+                    .map_err(io("turn a spare into a segment", &spare_path))?
             }
             None => {
                 let mut file = OpenOptions::new()

@@ -72,6 +72,25 @@ pub(crate) struct Spare {
     pub bytes: u64,
 }
 
+impl Spare {
+    /// Makes this spare the segment `segment`: `header` written over its
+    /// first zeros and synced before the rename, so a segment never appears
+    /// without one. Returns the open file and its length. On error, which
+    /// step failed is in the message; the spare's path is the caller's to name.
+    pub fn into_segment(self, header: &[u8], segment: &Path) -> io::Result<(File, u64)> {
+        use std::os::unix::fs::FileExt;
+        let step = |what: &'static str| {
+            move |err: io::Error| io::Error::new(err.kind(), format!("{what}: {err}"))
+        };
+        self.file
+            .write_all_at(header, 0)
+            .map_err(step("write the header"))?;
+        self.file.sync_data().map_err(step("fsync"))?;
+        fs::rename(&self.path, segment).map_err(step("rename"))?;
+        Ok((self.file, self.bytes))
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Made and not yet taken.

@@ -324,7 +324,12 @@ impl TxnLogWriter {
         let path = self.dir.join(segment_file_name(first_zxid));
         let from_spare = spare.is_some();
         let result = match spare {
-            Some(spare) => segment_from_spare(spare, &path, first_zxid),
+            Some(spare) => {
+                let spare_path = spare.path.clone();
+                spare
+                    .into_segment(&encode_header(first_zxid), &path)
+                    .map_err(StorageError::io("turn a spare into a segment", &spare_path))
+            }
             None => create_segment_file(&path, first_zxid, &self.options)
                 .map(|file| (file, HEADER_BYTES as u64)),
         };
@@ -443,25 +448,6 @@ enum Roll {
     /// Only into a ready spare: the segment could grow instead.
     IfSpare,
     Now,
-}
-
-/// Turns a spare into segment `path`: the header over its first zeros,
-/// synced before the rename, so a segment never appears without one.
-fn segment_from_spare(
-    spare: Spare,
-    path: &Path,
-    first_zxid: Zxid,
-) -> Result<(File, u64), StorageError> {
-    spare
-        .file
-        .write_all_at(&encode_header(first_zxid), 0)
-        .map_err(StorageError::io("write the header of", &spare.path))?;
-    spare
-        .file
-        .sync_data()
-        .map_err(StorageError::io("fsync", &spare.path))?;
-    fs::rename(&spare.path, path).map_err(StorageError::io("rename", &spare.path))?;
-    Ok((spare.file, spare.bytes))
 }
 
 fn create_segment_file(
