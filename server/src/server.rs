@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::admin;
 use crate::clock::Clock;
@@ -27,7 +27,7 @@ use crate::context::Shared;
 use crate::housekeeping;
 use crate::net::{self, Listener, TlsAcceptor, Wire};
 use crate::pipeline::apply::StateMachine;
-use crate::pipeline::commit::{run_committer, Committer};
+use crate::pipeline::commit::{run_committer, Committer, InlineCommits, INLINE_COMMIT_WORKERS_MIN};
 use crate::stats::Stats;
 use crate::storage::error::StorageError;
 use crate::storage::recovery::{self, DataLayout, RecoveryError};
@@ -269,10 +269,24 @@ async fn serve<L: Listener>(
             commit_log,
             snapshotter,
             snapshot_thread,
-        } => (
-            Committer::new(commit_log, epoch << 32, Some(snapshotter), proposals_tx),
-            Starting::Standalone { snapshot_thread },
-        ),
+        } => {
+            let committer =
+                Committer::new(commit_log, epoch << 32, Some(snapshotter), proposals_tx);
+            // Connections run on the runtime serving this future.
+            let workers = tokio::runtime::Handle::current().metrics().num_workers();
+            let inline = if workers < INLINE_COMMIT_WORKERS_MIN {
+                InlineCommits::LoneConnection
+            } else {
+                InlineCommits::WhenIdle
+            };
+            debug!(
+                workers,
+                ?inline,
+                "writes committed on a connection's thread"
+            );
+            let committer = committer.with_inline_commits(inline);
+            (committer, Starting::Standalone { snapshot_thread })
+        }
         Mode::Member(storage) => (
             Committer::replicated(proposals_tx),
             Starting::Member(storage),

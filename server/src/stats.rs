@@ -273,6 +273,8 @@ pub struct Stats {
     commit_batch: Histogram<11>,
     /// Microseconds one batch took to write and fdatasync.
     log_sync_us: Histogram<15>,
+    /// Writes committed on their connection's thread.
+    inline_commits: AtomicU64,
     connections_open: AtomicI64,
     connections_accepted: AtomicU64,
     /// Refused at accept: the total limit, the per-address one.
@@ -315,6 +317,7 @@ impl Stats {
             latency: [const { Histogram::new(&LATENCY_BOUNDS_US) }; CLASSES],
             commit_batch: Histogram::new(&BATCH_BOUNDS),
             log_sync_us: Histogram::new(&LATENCY_BOUNDS_US),
+            inline_commits: AtomicU64::new(0),
             connections_open: AtomicI64::new(0),
             connections_accepted: AtomicU64::new(0),
             refused_total_limit: AtomicU64::new(0),
@@ -382,6 +385,15 @@ impl Stats {
     pub fn log_synced(&self, txns: usize, elapsed: Duration) {
         self.commit_batch.record(txns as u64);
         self.log_sync_us.record(elapsed.as_micros() as u64);
+    }
+
+    /// A write was committed on its connection's thread, alone.
+    pub fn committed_inline(&self) {
+        self.inline_commits.fetch_add(1, Relaxed);
+    }
+
+    pub fn inline_commits(&self) -> u64 {
+        self.inline_commits.load(Relaxed)
     }
 
     pub fn commit_batches(&self) -> HistogramReading {

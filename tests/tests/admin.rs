@@ -176,6 +176,72 @@ async fn metrics_move_with_load() {
     assert!(after.value("process_resident_memory_bytes", &[]) > 0.0);
 }
 
+// Proves a server with one worker thread for its connections still syncs
+// writes from many clients together: a lone client's writes are committed
+// on its connection's thread (no hand-off), but once several connections
+// are open every write goes through the commit thread, and batches hold
+// more than one. Committed inline there, each write got a sync of its own
+// while the only worker, blocked in it, read nobody else's.
+#[tokio::test]
+async fn one_worker_thread_still_commits_many_clients_writes_together() {
+    const LONE_WRITES: usize = 20;
+    const CLIENTS: usize = 8;
+    const WRITES_PER_CLIENT: usize = 50;
+    let server = TestServer::start_with(&["--worker-threads", "1"]);
+    let (_, conf) = server.admin_get("/commands/conf");
+    let conf: serde_json::Value = serde_json::from_str(&conf).expect("JSON");
+    assert_eq!(conf["worker_threads"], 1, "{conf}");
+
+    let lone = client(&server).await;
+    let before = Metrics::scrape(&server);
+    for i in 0..LONE_WRITES {
+        lone.create(&format!("/lone{i}"), Vec::new(), CreateMode::Persistent)
+            .await
+            .expect("created");
+    }
+    let after_lone = Metrics::scrape(&server);
+    let inline = |m: &Metrics| m.value("arbor_commits_inline_total", &[]);
+    assert!(
+        inline(&after_lone) - inline(&before) >= LONE_WRITES as f64 / 2.0,
+        "a lone client's writes skip the commit thread: {} of {LONE_WRITES}",
+        inline(&after_lone) - inline(&before)
+    );
+
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(client(&server).await);
+    }
+    let writers = clients
+        .into_iter()
+        .enumerate()
+        .map(|(c, writer)| async move {
+            for i in 0..WRITES_PER_CLIENT {
+                writer
+                    .create(&format!("/c{c}-{i}"), vec![1; 16], CreateMode::Persistent)
+                    .await
+                    .expect("created");
+            }
+            writer
+        });
+    let _clients = futures_util::future::join_all(writers).await;
+    let after = Metrics::scrape(&server);
+    assert_eq!(
+        inline(&after),
+        inline(&after_lone),
+        "with several connections no write is committed inline"
+    );
+    let moved = |name: &str| after.value(name, &[]) - after_lone.value(name, &[]);
+    let (txns, batches) = (
+        moved("arbor_commit_batch_txns_sum"),
+        moved("arbor_commit_batch_txns_count"),
+    );
+    assert!(txns >= (CLIENTS * WRITES_PER_CLIENT) as f64, "{txns}");
+    assert!(
+        txns > batches,
+        "some batch held more than one write: {txns} writes in {batches} syncs"
+    );
+}
+
 // Proves the JSON commands name this client's session (in the CLI's hex
 // form) with its peer, ephemerals and watches.
 #[tokio::test]

@@ -138,6 +138,9 @@ fn conf(shared: &Shared) -> Value {
         "snap_tree_percent": config.snap_tree_percent,
         "snap_retain": config.snap_retain,
         "segment_bytes": config.segment_bytes_max,
+        "worker_threads": tokio::runtime::Handle::try_current()
+            .map(|runtime| runtime.metrics().num_workers())
+            .ok(),
         "4lw": config.four_letter_words.to_string(),
         "superuser": config.super_digest.is_some(),
         "tls": config.tls.is_some(),

@@ -88,6 +88,11 @@ fn storage(page: &mut Exposition, stats: &Stats, figures: &Figures) {
         "Txns made durable together in one write and fdatasync of the log.",
     );
     page.histogram("arbor_commit_batch_txns", &[], &stats.commit_batches(), 1.0);
+    page.counter(
+        "arbor_commits_inline_total",
+        "Writes committed alone on their connection's thread, the commit thread idle.",
+        stats.inline_commits(),
+    );
     page.family(
         "arbor_log_sync_duration_seconds",
         "histogram",

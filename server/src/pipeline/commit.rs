@@ -17,7 +17,9 @@
 //!   thread and back, cost about as much as the sync.
 //!
 //! A write goes inline only while no proposal is queued or being committed,
-//! so it never overtakes one proposed before it.
+//! so it never overtakes one proposed before it; and with a single worker
+//! thread for the connections, only while there is one connection
+//! ([`InlineCommits`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -33,6 +35,28 @@ use crate::context::Shared;
 use crate::pipeline::applier::apply_committed;
 use crate::storage::snapshotter::Snapshotter;
 use crate::txn::{Txn, TxnEntry};
+
+/// Worker threads the connections' runtime needs before any write may be
+/// committed on its connection's thread (see [`InlineCommits`]).
+pub const INLINE_COMMIT_WORKERS_MIN: usize = 2;
+
+/// When a write may be committed on its connection's own thread, the
+/// commit thread being idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InlineCommits {
+    /// Whenever nothing is queued: the connections have other worker
+    /// threads, which go on reading while one is in a sync.
+    WhenIdle,
+    /// Only while the server has one open connection. A worker blocked in
+    /// a sync reads nothing; with no other worker, no other connection's
+    /// write is read meanwhile, none is ever queued, and every write gets a
+    /// sync of its own (measured with one worker, 8 connections, 64 writes
+    /// in flight: 5.3–5.8 k sets/s, against 98–103 k/s through the commit
+    /// thread). A lone client still skips the hand-offs.
+    LoneConnection,
+    /// Never: an ensemble member's writes are ordered by the replicated log.
+    Never,
+}
 
 /// What a write comes to: its result, or why it has none.
 pub type WriteResult = Result<OpResult, ErrorCode>;
@@ -99,9 +123,8 @@ pub struct Committer {
     /// committing inline would hold up the other connections on its thread
     /// for a sync. Inline commits wait until batches are single again.
     batching: AtomicBool,
-    /// False for an ensemble member: its writes are ordered by the
-    /// replicated log, never committed on the spot.
-    inline: bool,
+    /// When a connection may commit its write itself.
+    inline: InlineCommits,
 }
 
 struct Order {
@@ -129,7 +152,7 @@ impl Committer {
             })),
             queued: AtomicUsize::new(0),
             batching: AtomicBool::new(false),
-            inline: true,
+            inline: InlineCommits::WhenIdle,
         }
     }
 
@@ -142,8 +165,15 @@ impl Committer {
             order: Mutex::new(None),
             queued: AtomicUsize::new(0),
             batching: AtomicBool::new(false),
-            inline: false,
+            inline: InlineCommits::Never,
         }
+    }
+
+    /// Commits writes on their connections' threads only as `inline` says
+    /// (a new committer: whenever the commit thread is idle).
+    pub fn with_inline_commits(mut self, inline: InlineCommits) -> Self {
+        self.inline = inline;
+        self
     }
 
     /// Queues a proposal for the commit thread, waiting while the queue is
@@ -179,7 +209,12 @@ impl Committer {
         shared: &Shared,
         proposal: Proposal,
     ) -> Result<WriteResult, Proposal> {
-        if !self.inline
+        let allowed = match self.inline {
+            InlineCommits::WhenIdle => true,
+            InlineCommits::LoneConnection => shared.stats.connections().open <= 1,
+            InlineCommits::Never => false,
+        };
+        if !allowed
             || self.queued.load(Ordering::Acquire) != 0
             || self.batching.load(Ordering::Relaxed)
         {
@@ -192,6 +227,7 @@ impl Committer {
             return Err(proposal);
         }
         let mut results = commit(&mut order, shared, std::iter::once(proposal));
+        shared.stats.committed_inline();
         Ok(results.pop().unwrap_or(Err(ErrorCode::Internal)))
     }
 

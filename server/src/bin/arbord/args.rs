@@ -14,6 +14,10 @@ use arbor_server::zk::four_letter::Whitelist;
 use arbor_server::Config;
 use clap::Parser;
 
+/// Most worker threads `--worker-threads` takes: far past any machine's
+/// cores, but a typo of a thousandfold is refused.
+const WORKER_THREADS_MAX: u16 = 1024;
+
 /// The defaults of every setting, made once.
 pub fn defaults() -> &'static Config {
     static DEFAULTS: OnceLock<Config> = OnceLock::new();
@@ -151,6 +155,10 @@ pub struct Args {
     /// Size at which the write-ahead log rolls to a new segment, in bytes.
     #[arg(long, default_value_t = defaults().segment_bytes_max)]
     segment_bytes: u64,
+    /// Threads serving client connections. Default: one per CPU this
+    /// process may use. The commit and snapshot threads come on top.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=WORKER_THREADS_MAX as i64))]
+    pub worker_threads: Option<u16>,
     /// Check the data directory's snapshots and log without changing them,
     /// print what was found, and exit (1 if the server would refuse to start).
     #[arg(long)]

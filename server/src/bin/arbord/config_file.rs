@@ -222,6 +222,7 @@ snap_tree_percent = 50
 super_digest = "admin:x/LWd8hIZYH0XIP6rR1qYM8vvm4="
 snap_retain = 5
 segment_bytes = 1048576
+worker_threads = 3
 "#;
 
     const EVERY_FLAG: &[&str] = &[
@@ -285,6 +286,8 @@ segment_bytes = 1048576
         "5",
         "--segment-bytes",
         "1048576",
+        "--worker-threads",
+        "3",
     ];
 
     // Proves every flag that is a setting can be set from the file, to the

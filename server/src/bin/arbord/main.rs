@@ -130,7 +130,11 @@ fn run(
     let server = Server::open(config)?;
     let limits = server.limits();
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = args.worker_threads {
+        runtime.worker_threads(usize::from(workers));
+    }
+    let runtime = runtime
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
