@@ -242,6 +242,53 @@ async fn one_worker_thread_still_commits_many_clients_writes_together() {
     );
 }
 
+// Proves writes sent together on one connection are synced together: a
+// client whose tasks share one connection, 64 writes in flight, gets batches
+// of more than one write. Once each write was committed on the reader's
+// thread as it was read, one sync each, while the next ones waited unread.
+#[tokio::test]
+async fn writes_in_flight_on_one_connection_are_committed_together() {
+    const IN_FLIGHT: usize = 64;
+    const ROUNDS: usize = 5;
+    let server = TestServer::start();
+    let shared = client(&server).await;
+    let before = Metrics::scrape(&server);
+    for round in 0..ROUNDS {
+        let writes = (0..IN_FLIGHT).map(|i| {
+            let shared = &shared;
+            async move {
+                shared
+                    .create(
+                        &format!("/r{round}-{i}"),
+                        vec![2; 16],
+                        CreateMode::Persistent,
+                    )
+                    .await
+                    .expect("created")
+            }
+        });
+        futures_util::future::join_all(writes).await;
+    }
+    let after = Metrics::scrape(&server);
+    let moved = |name: &str| after.value(name, &[]) - before.value(name, &[]);
+    let (txns, batches) = (
+        moved("arbor_commit_batch_txns_sum"),
+        moved("arbor_commit_batch_txns_count"),
+    );
+    assert!(txns >= (IN_FLIGHT * ROUNDS) as f64, "{txns}");
+    assert!(
+        txns > batches,
+        "some batch held more than one write: {txns} writes in {batches} syncs"
+    );
+    // The first write of a round may go inline, alone; the rest arrive
+    // while it syncs, and are read together.
+    let inline = moved("arbor_commits_inline_total");
+    assert!(
+        inline <= (IN_FLIGHT * ROUNDS / 8) as f64,
+        "{inline} of {txns} writes committed inline"
+    );
+}
+
 // Proves the JSON commands name this client's session (in the CLI's hex
 // form) with its peer, ephemerals and watches.
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! The reader: decodes each request, has prep decide what it is, and queues
 //! it in arrival order. A request that finds nothing owed ahead of it is
 //! answered here, straight into the outbound queue: a read at once, a write
-//! committed on the spot when the committer is idle (see
+//! committed on the spot when the committer is idle and no later request of
+//! the connection is waiting in the buffer (see [`submit`] and
 //! [`crate::pipeline::commit`]). Same order, fewer hand-offs on the path a
 //! lone client waits on.
 
@@ -129,11 +130,14 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
             }
             next = frames.next() => next,
         };
-        let bytes = match next {
+        // `more_read`: the client has sent more already, and the next
+        // request is in the buffer (see `submit`).
+        let (bytes, more_read) = match next {
             None => return,
             Some(Ok(bytes)) => {
                 release_large_read_buffer(frames.read_buffer_mut(), bytes.len());
-                bytes
+                let more_read = !frames.read_buffer().is_empty();
+                (bytes, more_read)
             }
             Some(Err(err)) => {
                 if !matches!(err, FrameError::Io(_)) {
@@ -201,7 +205,7 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
             // A session's close is never committed inline: its apply ends
             // the connection, which must have its reply queued first.
             Then::Propose(proposal) => {
-                let inline = owes_nothing && !prepped.last;
+                let inline = owes_nothing && !more_read && !prepped.last;
                 submit(shared, xid, started, proposal, inline).await
             }
             Then::Read(op) => Pending::Read { xid, started, op },
@@ -238,8 +242,14 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
 }
 
 /// Hands a write to the committer: committed at once on this thread when
-/// `inline` (nothing of this connection is unanswered) and the committer is
-/// idle; else queued, its answer to come.
+/// `inline` and the committer is idle; else queued, its answer to come.
+/// `inline` means nothing of this connection is unanswered and nothing more
+/// of it has been read: a reader blocked in a sync reads no more requests,
+/// so a client with many writes in flight on one connection, committed
+/// inline one by one, got one sync per write (measured: 64 in flight on one
+/// connection, 5.4-5.5 k sets/s inline, 87-92 k/s through the commit
+/// thread). Its first write may still go inline; the ones sent meanwhile
+/// are read together after it, and queued.
 async fn submit(
     shared: &Shared,
     xid: u64,
