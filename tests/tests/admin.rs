@@ -230,16 +230,7 @@ async fn one_worker_thread_still_commits_many_clients_writes_together() {
         inline(&after_lone),
         "with several connections no write is committed inline"
     );
-    let moved = |name: &str| after.value(name, &[]) - after_lone.value(name, &[]);
-    let (txns, batches) = (
-        moved("arbor_commit_batch_txns_sum"),
-        moved("arbor_commit_batch_txns_count"),
-    );
-    assert!(txns >= (CLIENTS * WRITES_PER_CLIENT) as f64, "{txns}");
-    assert!(
-        txns > batches,
-        "some batch held more than one write: {txns} writes in {batches} syncs"
-    );
+    assert_batched(&after_lone, &after, CLIENTS * WRITES_PER_CLIENT);
 }
 
 // Proves writes sent together on one connection are synced together: a
@@ -270,23 +261,31 @@ async fn writes_in_flight_on_one_connection_are_committed_together() {
         futures_util::future::join_all(writes).await;
     }
     let after = Metrics::scrape(&server);
+    let txns = assert_batched(&before, &after, IN_FLIGHT * ROUNDS);
+    // The first write of a round may go inline, alone; the rest arrive
+    // while it syncs, and are read together.
+    let inline = after.value("arbor_commits_inline_total", &[])
+        - before.value("arbor_commits_inline_total", &[]);
+    assert!(
+        inline <= (IN_FLIGHT * ROUNDS / 8) as f64,
+        "{inline} of {txns} writes committed inline"
+    );
+}
+
+/// Asserts that at least `writes` txns were made durable between the two
+/// scrapes, and that some batch held more than one; the txns.
+fn assert_batched(before: &Metrics, after: &Metrics, writes: usize) -> f64 {
     let moved = |name: &str| after.value(name, &[]) - before.value(name, &[]);
     let (txns, batches) = (
         moved("arbor_commit_batch_txns_sum"),
         moved("arbor_commit_batch_txns_count"),
     );
-    assert!(txns >= (IN_FLIGHT * ROUNDS) as f64, "{txns}");
+    assert!(txns >= writes as f64, "{txns} txns for {writes} writes");
     assert!(
         txns > batches,
         "some batch held more than one write: {txns} writes in {batches} syncs"
     );
-    // The first write of a round may go inline, alone; the rest arrive
-    // while it syncs, and are read together.
-    let inline = moved("arbor_commits_inline_total");
-    assert!(
-        inline <= (IN_FLIGHT * ROUNDS / 8) as f64,
-        "{inline} of {txns} writes committed inline"
-    );
+    txns
 }
 
 // Proves the JSON commands name this client's session (in the CLI's hex
