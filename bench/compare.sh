@@ -410,6 +410,8 @@ workloads() {
     local cpu=(--server-pid "$(cat "$WORK/$target/pid")")
     run "$round" "$target" create-64 create --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
     run "$round" "$target" set-64 set --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
+    # The same writes on one connection, as tasks sharing one client send them.
+    run "$round" "$target" set-64-1conn set --concurrency 64 --conns 1 --count "$LOAD_COUNT" "${cpu[@]}"
     run "$round" "$target" get-64 get --concurrency 64 --conns 8 --count "$GET_COUNT" "${cpu[@]}"
     run "$round" "$target" mixed-64 mixed --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
     run "$round" "$target" delete-64 delete --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
