@@ -348,8 +348,6 @@ ZKPORT_ROWS = [
     ("get, 64 in flight, 8 conns: throughput", "get-64", "ops_per_s", "ops/s"),
 ]
 ZKPORT_INFO = [
-    ("set, 64 in flight, 1 conn: throughput", "set-64-1conn", "ops_per_s", "ops/s"),
-    ("set, 64 in flight, 1 conn: p99", "set-64-1conn", "p99_us", "us"),
     ("server CPU per op, create 64 in flight", "create-64", "server_cpu_us_per_op", "cpu"),
     ("server CPU per op, get 64 in flight", "get-64", "server_cpu_us_per_op", "cpu"),
     ("arbor-bench CPU per op, create 64 in flight", "create-64", "bench_cpu_us_per_op", "cpu"),
