@@ -27,7 +27,7 @@ use crate::context::Shared;
 use crate::housekeeping;
 use crate::net::{self, Listener, TlsAcceptor, Wire};
 use crate::pipeline::apply::StateMachine;
-use crate::pipeline::commit::{run_committer, Committer, InlineCommits, INLINE_COMMIT_WORKERS_MIN};
+use crate::pipeline::commit::{run_committer, Committer, InlineCommits};
 use crate::stats::Stats;
 use crate::storage::error::StorageError;
 use crate::storage::recovery::{self, DataLayout, RecoveryError};
@@ -274,11 +274,7 @@ async fn serve<L: Listener>(
                 Committer::new(commit_log, epoch << 32, Some(snapshotter), proposals_tx);
             // Connections run on the runtime serving this future.
             let workers = tokio::runtime::Handle::current().metrics().num_workers();
-            let inline = if workers < INLINE_COMMIT_WORKERS_MIN {
-                InlineCommits::LoneConnection
-            } else {
-                InlineCommits::WhenIdle
-            };
+            let inline = InlineCommits::for_workers(workers);
             debug!(
                 workers,
                 ?inline,

@@ -38,7 +38,7 @@ use crate::txn::{Txn, TxnEntry};
 
 /// Worker threads the connections' runtime needs before any write may be
 /// committed on its connection's thread (see [`InlineCommits`]).
-pub const INLINE_COMMIT_WORKERS_MIN: usize = 2;
+const INLINE_COMMIT_WORKERS_MIN: usize = 2;
 
 /// When a write may be committed on its connection's own thread, the
 /// commit thread being idle.
@@ -56,6 +56,17 @@ pub enum InlineCommits {
     LoneConnection,
     /// Never: an ensemble member's writes are ordered by the replicated log.
     Never,
+}
+
+impl InlineCommits {
+    /// The rule for connections served by `workers` worker threads.
+    pub fn for_workers(workers: usize) -> Self {
+        if workers < INLINE_COMMIT_WORKERS_MIN {
+            InlineCommits::LoneConnection
+        } else {
+            InlineCommits::WhenIdle
+        }
+    }
 }
 
 /// What a write comes to: its result, or why it has none.
