@@ -19,7 +19,8 @@
 #   10 M; ZooKeeper up to 1 M, as far as its 1000 MB heap holds them, and
 #   at 10 M the restart alone, on the bigger heap such a tree needs),
 #   children of one node, idle sessions, watches. SCALE_ROUNDS rounds
-#   (default 1): each size is a fresh server.
+#   (default ROUNDS): each size is a fresh server. A size this machine
+#   cannot run (too few open files) is recorded as not run, with why.
 # * zkport: ZooKeeper's protocol, spoken to arbord's ZooKeeper port
 #   (--zk-listen) and to Apache ZooKeeper, beside arbord's native port:
 #   creates and gets at 64 in flight, with arbor-bench's lean jute client
@@ -72,7 +73,7 @@ ENSEMBLE=$WORK/ensemble.jsonl
 SCALE=$WORK/scale.jsonl
 ZKPORT=$WORK/zkport.jsonl
 RECIPES=$WORK/recipes.jsonl
-SCALE_ROUNDS=${SCALE_ROUNDS:-1}
+SCALE_ROUNDS=${SCALE_ROUNDS:-$ROUNDS}
 STEAL_MAX_PERCENT=${STEAL_MAX_PERCENT:-5}
 STEAL_RETRIES=${STEAL_RETRIES:-2}
 
@@ -291,6 +292,16 @@ record() {
     done
     printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","attempts":%s,"result":%s}\n' \
         "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$attempt" "$kept" >>"$file"
+}
+
+# not_run FILE ROUND TARGET LABEL WHY: a run this machine cannot make, kept
+# in FILE so the report shows the row as not run, and why, instead of
+# leaving it out.
+not_run() {
+    local file=$1 round=$2 target=$3 label=$4 why=$5
+    log "round $round $target $label: not run: $why"
+    printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","attempts":1,"result":{"target":"%s","not_run":"%s"}}\n' \
+        "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$target" "$why" >>"$file"
 }
 
 # warm_up TARGET SERVERS: not recorded; the JVM's JIT (and both systems'
@@ -576,7 +587,8 @@ scale_workloads() {
     for n in "${SCALE_SESSIONS[@]}"; do
         # Both arbor-bench and the server hold one socket per session.
         if [ "$limit" != unlimited ] && [ "$limit" -lt $((n + 1024)) ]; then
-            log "scale: $n idle sessions need an open-files limit above $((n + 1024)); this one is $limit: skipped"
+            not_run "$SCALE" "$round" "$target" "sessions-$n" \
+                "the open-files limit is $limit (hard $(ulimit -Hn)); $n sessions need $((n + 1024))"
             continue
         fi
         ARBOR_MAX_CONNECTIONS=$((n + 1024)) start_fresh "$target"

@@ -32,6 +32,7 @@ class Part:
     def __init__(self, name, path):
         self.name = name
         self.runs = defaultdict(list)
+        self.not_run = {}
         self.quick = False
         self.commits = []
         self.rounds = 0
@@ -42,6 +43,9 @@ class Part:
                 entry = json.loads(line)
                 result = entry["result"]
                 target = result.get("target", "disk")
+                if "not_run" in result:
+                    # A run this machine could not make (compare.sh says why).
+                    self.not_run[(entry["label"], target)] = result["not_run"]
                 self.runs[(entry["label"], target)].append((entry["round"], result))
                 self.remeasured += entry.get("attempts", 1) > 1
                 # Lines written before "quick" existed: as this run says.
@@ -230,8 +234,10 @@ def commands(part, server):
     for (label, target), found in part.runs.items():
         if target not in ("arbor", "disk") or label in seen or not found:
             continue
-        seen.add(label)
         result = found[0][1]
+        if "workload" not in result:  # not run: no command to show
+            continue
+        seen.add(label)
         params = {k: v for k, v in result.items() if k in FLAGS}
         which = "" if target == "disk" else f"--target arbor|zookeeper {server}"
         line = (f"arbor-bench {which}{result['workload']} " +
@@ -283,12 +289,25 @@ def scale_table(part, size_name, title, prefix, field, unit):
     w("")
     w(f"| {size_name} | Arbor | ZooKeeper | Arbor/ZooKeeper |")
     w("| ---: | ---: | ---: | ---: |")
+    why_not = []
     for n in sizes(part, prefix):
-        a = part.median(f"{prefix}-{n}", "arbor", field)
-        z = part.median(f"{prefix}-{n}", "zookeeper", field)
-        z_text = fmt(z, unit) if z is not None else "not run"
-        w(f"| {count_text(n)} | {fmt(a, unit)} | {z_text} | {fmt(ratio(a, z))} |")
+        label = f"{prefix}-{n}"
+        a = part.median(label, "arbor", field)
+        z = part.median(label, "zookeeper", field)
+        texts = []
+        for target, value in (("arbor", a), ("zookeeper", z)):
+            why = part.not_run.get((label, target))
+            if value is None and why is not None:
+                if why not in why_not:
+                    why_not.append(why)
+                texts.append(f"not run ({why_not.index(why) + 1})")
+            else:
+                texts.append(fmt(value, unit) if value is not None else "not run")
+        w(f"| {count_text(n)} | {texts[0]} | {texts[1]} | {fmt(ratio(a, z))} |")
     w("")
+    for i, why in enumerate(why_not, 1):
+        w(f"({i}) Not run on this machine: {why}.")
+        w("")
 
 
 def spread(part, prefix, field, smallest=0):
