@@ -33,7 +33,7 @@
 //! to its records before the next one is started, so no other segment has
 //! zeros.
 //!
-//! The zeros come from a spare made ahead ([`crate::storage::spare`]), as
+//! The zeros come from a spare made ahead (`crate::storage::spare`), as
 //! the write-ahead log's do: when a segment's zeros run out, the log rolls
 //! into the spare, whose header is written over its first zeros before it
 //! is renamed into place. Only when no spare is ready does a segment grow
@@ -284,7 +284,7 @@ pub struct LogOptions {
     /// Zeros written ahead of the records at a time (0: none).
     pub preallocate_bytes: u64,
     /// Make the next segment ahead on a background thread
-    /// ([`crate::storage::spare`]); only with [`FsyncPolicy::Always`] and
+    /// (`crate::storage::spare`); only with [`FsyncPolicy::Always`] and
     /// preallocation.
     pub spares: bool,
 }

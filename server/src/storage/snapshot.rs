@@ -259,7 +259,7 @@ pub fn write(dir: &Path, view: &StateView) -> Result<PathBuf, SnapshotError> {
 }
 
 /// Writes `view`'s snapshot bytes to `out`, naming `path` in errors: the
-/// file [`write`] makes, without the file, so the fuzz target can check that
+/// file [`write()`] makes, without the file, so the fuzz target can check that
 /// what [`load_from`] accepted is written back as the same state.
 pub fn write_to(out: &mut impl Write, view: &StateView, path: &Path) -> Result<(), SnapshotError> {
     let mut header = Vec::with_capacity(HEADER_BYTES);

@@ -34,7 +34,7 @@ pub type NodeRef = triomphe::Arc<Node>;
 /// a view shares; larger: fewer pointers per view.
 pub const CHUNK_NODES: usize = 4096;
 
-/// Nodes a tree can hold: every id but [`NO_PARENT`].
+/// Nodes a tree can hold: every id but `NO_PARENT`.
 pub const NODES_MAX: usize = NO_PARENT as usize;
 
 /// Shards of the path index. A shard grows by rehashing every id in it,
@@ -160,7 +160,7 @@ impl NodeSlab {
     }
 
     /// Every node with its id, in slot order; the memory of the next ones
-    /// is asked for while this one is used (see [`Prefetched`]).
+    /// is asked for while this one is used (see `Prefetched`).
     pub fn iter(&self) -> impl Iterator<Item = (NodeId, &Node)> {
         let slots = self.chunks.iter().flat_map(|chunk| chunk.iter());
         Prefetched {
@@ -258,7 +258,7 @@ impl NodeMap {
         self.slab.get_mut(id)
     }
 
-    /// Adds `node` at `path`, a child of `parent` (the root: [`NO_PARENT`]).
+    /// Adds `node` at `path`, a child of `parent` (the root: `NO_PARENT`).
     /// The caller has checked that the parent is there and the path is not.
     pub fn insert(&mut self, path: &str, parent: NodeId, mut node: Node) -> NodeId {
         let low = Self::low(self.hash(path));

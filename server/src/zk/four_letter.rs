@@ -70,7 +70,7 @@ pub fn is_word(first: &[u8; WORD_BYTES]) -> bool {
     ANSWERED.contains(&first) || NOT_ANSWERED.contains(&first)
 }
 
-/// The words a server answers (`--4lw`): one bit per entry of [`ANSWERED`].
+/// The words a server answers (`--4lw`): one bit per entry of `ANSWERED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Whitelist {
     words: u16,

@@ -54,7 +54,7 @@ pub struct Args {
     #[arg(long, value_parser = parse_listen)]
     zk_listen: Option<Listen>,
     /// Address of the admin port (HTTP: /metrics for Prometheus, /health,
-    /// /ready, /commands/<name>), or `off`. Default: 127.0.0.1:7182 (given
+    /// /ready, /commands/NAME), or `off`. Default: 127.0.0.1:7182 (given
     /// up with a warning if another server has it).
     #[arg(long, value_parser = parse_listen)]
     admin_listen: Option<Listen>,

@@ -24,7 +24,7 @@
 //! ```
 //!
 //! Beside the segments, `spare.wal` is the next segment being zero-filled
-//! ahead ([`crate::storage::spare`]); it is not a segment name, so readers skip it.
+//! ahead (`crate::storage::spare`); it is not a segment name, so readers skip it.
 //!
 //! The first record of a segment has zxid `first_zxid`. Zxids are
 //! `(epoch << 32) | counter`; the epoch is bumped at each start and its first

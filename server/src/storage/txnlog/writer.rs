@@ -67,7 +67,7 @@ pub struct TxnLogOptions {
     pub fsync: FsyncPolicy,
     /// Growth chunk (0: grow with each write).
     pub preallocate_bytes: u64,
-    /// Make the next segment ahead on a background thread ([`crate::storage::spare`]);
+    /// Make the next segment ahead on a background thread (`crate::storage::spare`);
     /// only with [`FsyncPolicy::Always`] and preallocation.
     pub spares: bool,
 }
