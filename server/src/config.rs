@@ -10,6 +10,7 @@ use arbor_protocol::frame::DEFAULT_FRAME_BYTES_MAX;
 use arbor_protocol::path::PATH_BYTES_MAX;
 
 use crate::cluster::records::{MemberAddr, MemberId};
+use crate::net::open_files::OpenFilesLimit;
 use crate::storage::txnlog::{FsyncPolicy, SEGMENT_BYTES_DEFAULT};
 
 /// Room a frame needs beyond a znode's data and path (op tag, versions, xid).
@@ -159,18 +160,51 @@ impl Default for Config {
 pub struct LiveLimits {
     connections_max: AtomicUsize,
     connections_per_ip_max: AtomicUsize,
+    /// The process's open-files limit as the server started (`None` if it
+    /// could not be read): connections stop short of it.
+    open_files: Option<OpenFilesLimit>,
 }
 
 impl LiveLimits {
+    /// The config's connection limits, under the open-files limit the
+    /// process has now.
     pub fn new(config: &Config) -> Self {
+        Self::with_open_files(config, OpenFilesLimit::current().ok())
+    }
+
+    /// The config's connection limits under `open_files` (`None`: no cap).
+    pub fn with_open_files(config: &Config, open_files: Option<OpenFilesLimit>) -> Self {
         Self {
             connections_max: AtomicUsize::new(config.connections_max),
             connections_per_ip_max: AtomicUsize::new(config.connections_per_ip_max),
+            open_files,
         }
     }
 
+    /// The connection limit configured (`max_connections`).
     pub fn connections_max(&self) -> usize {
         self.connections_max.load(Ordering::Relaxed)
+    }
+
+    /// The open-files limit connections stop short of.
+    pub fn open_files(&self) -> Option<OpenFilesLimit> {
+        self.open_files
+    }
+
+    /// The open-files limit, when it leaves room for fewer connections than
+    /// configured: worth a warning at start and after a reload.
+    pub fn connections_capped_by_open_files(&self) -> Option<OpenFilesLimit> {
+        let files = self.open_files?;
+        (files.connections_allowed() < self.connections_max()).then_some(files)
+    }
+
+    /// Connections the server accepts: the configured limit, or fewer if the
+    /// open-files limit leaves room for fewer (see [`crate::net::open_files`]).
+    pub fn connections_allowed(&self) -> usize {
+        let by_files = self
+            .open_files
+            .map_or(usize::MAX, |files| files.connections_allowed());
+        self.connections_max().min(by_files)
     }
 
     pub fn connections_per_ip_max(&self) -> usize {
@@ -313,6 +347,25 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         Config::default().validate().expect("valid");
+    }
+
+    #[test]
+    fn connections_stop_at_the_lower_of_the_setting_and_the_open_files_limit() {
+        let config = Config::default(); // max_connections 4096
+        let files = OpenFilesLimit {
+            soft: 1024,
+            hard: 1024,
+        };
+        let capped = LiveLimits::with_open_files(&config, Some(files));
+        assert_eq!(capped.connections_allowed(), 1024 - 128);
+        assert_eq!(capped.connections_capped_by_open_files(), Some(files));
+
+        capped.set_connections(500, 60).expect("valid limits");
+        assert_eq!(capped.connections_allowed(), 500);
+        assert_eq!(capped.connections_capped_by_open_files(), None);
+
+        let unknown = LiveLimits::with_open_files(&config, None);
+        assert_eq!(unknown.connections_allowed(), 4096);
     }
 
     #[test]

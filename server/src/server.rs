@@ -14,7 +14,7 @@ use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, ServerMessage};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
@@ -25,6 +25,7 @@ use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
 use crate::config::{Config, ConfigError, LiveLimits};
 use crate::context::Shared;
 use crate::housekeeping;
+use crate::net::open_files::{OPEN_FILES_RESERVED, REFUSALS_IN_FLIGHT_MAX};
 use crate::net::{self, Listener, TlsAcceptor, Wire};
 use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::{run_committer, Committer, InlineCommits};
@@ -56,6 +57,8 @@ pub enum ServerError {
     Storage(#[from] StorageError),
     #[error("{path} is in use by another arbord (its LOCK file is held); stop that server or use another --data-dir")]
     Locked { path: PathBuf },
+    #[error("the open-files limit is {soft}: no room for connections beside the {reserved} descriptors the server keeps for its own files; raise it (ulimit -n, or LimitNOFILE= for a service)")]
+    OpenFilesTooFew { soft: u64, reserved: u64 },
     #[error("cannot start the committer thread: {0}")]
     Committer(#[source] std::io::Error),
     #[error("ensemble member: {0}")]
@@ -107,9 +110,18 @@ impl Server {
         // Before the data directory: a bad certificate is a setting to fix,
         // found without touching the data.
         let tls = config.tls.as_ref().map(TlsAcceptor::load).transpose()?;
+        let limits = Arc::new(LiveLimits::new(&config));
+        if let Some(files) = limits.open_files() {
+            if files.connections_allowed() == 0 {
+                return Err(ServerError::OpenFilesTooFew {
+                    soft: files.soft,
+                    reserved: OPEN_FILES_RESERVED,
+                });
+            }
+        }
         let storage = open_storage(&config)?;
         Ok(Self {
-            limits: Arc::new(LiveLimits::new(&config)),
+            limits,
             config,
             clock: Clock::system(),
             storage,
@@ -354,6 +366,8 @@ async fn serve<L: Listener>(
         .and_then(|(listener, _)| listener.local_addr().ok());
     let zk_addr = zk.as_ref().and_then(|listener| listener.local_addr().ok());
     info!(addr = ?plain_addr, tls_addr = ?tls_addr, zk_addr = ?zk_addr, admin_addr = ?admin_addr, "serving");
+    warn_if_open_files_cap(&shared.limits);
+    let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
     let tls_handshake_timeout = Duration::from_millis(shared.config.handshake_timeout_ms);
     tokio::pin!(shutdown);
     loop {
@@ -376,15 +390,23 @@ async fn serve<L: Listener>(
                 continue;
             }
         };
-        let limit = shared.limits.connections_max();
+        let limit = shared.limits.connections_allowed();
         // Counted when the task is spawned, in this same loop: nothing
         // else opens one between the check and the count.
         if shared.stats.connections().open >= limit as u64 {
             warn!(%peer, limit, "connection limit reached; refusing");
             shared.stats.connection_refused(false);
+            let why = match shared.limits.connections_capped_by_open_files() {
+                Some(files) => format!(
+                    "limit {limit}: the server's open-files limit {} less {OPEN_FILES_RESERVED} kept for its own files",
+                    files.soft
+                ),
+                None => format!("limit {limit}"),
+            };
             refuse(
                 stream,
-                format!("too many connections to this server (limit {limit})"),
+                format!("too many connections to this server ({why})"),
+                &refusals,
             );
             continue;
         }
@@ -395,6 +417,7 @@ async fn serve<L: Listener>(
             refuse(
                 stream,
                 format!("too many connections from this address (limit {limit})"),
+                &refusals,
             );
             continue;
         };
@@ -591,6 +614,21 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
     })
 }
 
+/// Warns when the open-files limit, not `max_connections`, caps the
+/// connections the server will accept (at start, and after a reload).
+pub fn warn_if_open_files_cap(limits: &LiveLimits) {
+    if let Some(files) = limits.connections_capped_by_open_files() {
+        warn!(
+            max_connections = limits.connections_max(),
+            connections_allowed = limits.connections_allowed(),
+            open_files_limit = files.soft,
+            open_files_hard_limit = files.hard,
+            reserved = OPEN_FILES_RESERVED,
+            "the open-files limit leaves room for fewer connections than max_connections; raise it (ulimit -n, LimitNOFILE=) to serve more"
+        );
+    }
+}
+
 /// Tells a refused client why, then closes: the frame goes out before the
 /// handshake, which the protocol allows for `Closing`. `LimitExceeded`
 /// tells the client it reached the server, which turned it away (not
@@ -598,13 +636,20 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
 fn refuse<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
     stream: Accepted<S>,
     message: String,
+    refusals: &Arc<Semaphore>,
 ) {
     // Before its handshake a TLS client cannot read anything we say, and a
-    // ZooKeeper client has no message for it: it is just closed.
+    // ZooKeeper client has no message for it: it is just closed. So is any
+    // client while many refusals are still being written: each holds a
+    // descriptor.
     let Accepted::Plain(mut stream) = stream else {
         return;
     };
+    let Ok(permit) = refusals.clone().try_acquire_owned() else {
+        return;
+    };
     tokio::spawn(async move {
+        let _permit = permit;
         let mut frame = Vec::new();
         let closing = ServerMessage::Closing {
             code: ErrorCode::LimitExceeded,

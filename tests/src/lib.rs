@@ -55,6 +55,8 @@ pub struct TestServer {
     extra: Vec<String>,
     /// Whether `drop` removes the data directory.
     owns_data: bool,
+    /// The `ulimit` arguments it was started under, reused by `restart`.
+    ulimit: Option<String>,
 }
 
 /// Where the `arbord` binary is: `ARBORD_BIN`, or beside the test executable
@@ -144,6 +146,18 @@ impl TestServer {
         Self::try_spawn(data_dir, "127.0.0.1:0", extra)
     }
 
+    /// A server started by a shell that first runs `ulimit {ulimit}` (for
+    /// example `-n 192`: soft and hard open-files limits; `-Sn 256`: the soft
+    /// one alone), in a fresh data directory. [`TestServer::restart`] runs
+    /// it under the same limits.
+    pub fn start_under_ulimit(ulimit: &str, extra: &[&str]) -> Result<Self, String> {
+        let data_dir = fresh_data_dir();
+        let mut server =
+            Self::try_launch(&data_dir, "127.0.0.1:0", extra, Some(ulimit.to_owned()))?;
+        server.owns_data = true;
+        Ok(server)
+    }
+
     /// Kills the process with SIGKILL (no shutdown at all) and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -174,7 +188,8 @@ impl TestServer {
     pub fn restart(&mut self) {
         self.kill();
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-        let next = Self::spawn(&self.data_dir, &self.addr, &extra);
+        let next = Self::try_launch(&self.data_dir, &self.addr, &extra, self.ulimit.clone())
+            .unwrap_or_else(|stderr| panic!("arbord did not start again: {stderr}"));
         let owns = self.owns_data;
         self.owns_data = false; // the old value's drop must not remove the data
         let old = std::mem::replace(self, next);
@@ -192,6 +207,15 @@ impl TestServer {
     }
 
     fn try_spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self, String> {
+        Self::try_launch(data_dir, listen, extra, None)
+    }
+
+    fn try_launch(
+        data_dir: &Path,
+        listen: &str,
+        extra: &[&str],
+        ulimit: Option<String>,
+    ) -> Result<Self, String> {
         let tick = TEST_TICK_MS.to_string();
         let dir = data_dir.to_string_lossy().into_owned();
         let mut args = vec!["--exit-on-stdin-close", "--data-dir", &dir];
@@ -213,7 +237,19 @@ impl TestServer {
         }
         args.extend_from_slice(extra);
         let log_to_terminal = std::env::var_os("ARBOR_TEST_LOG").is_some();
-        let mut child = Command::new(arbord_path())
+        let mut command = match &ulimit {
+            // The shell sets the limits, then becomes arbord.
+            Some(limits) => {
+                let mut shell = Command::new("sh");
+                shell
+                    .arg("-c")
+                    .arg(format!("ulimit {limits} && exec \"$0\" \"$@\""))
+                    .arg(arbord_path());
+                shell
+            }
+            None => Command::new(arbord_path()),
+        };
+        let mut child = command
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -309,6 +345,7 @@ impl TestServer {
             data_dir: data_dir.to_owned(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             owns_data: false,
+            ulimit,
         })
     }
 

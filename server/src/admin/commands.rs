@@ -132,6 +132,10 @@ fn conf(shared: &Shared) -> Value {
         "max_data_bytes": config.data_bytes_max,
         "max_connections": shared.limits.connections_max(),
         "max_connections_per_ip": shared.limits.connections_per_ip_max(),
+        // Fewer than max_connections when the open-files limit leaves room
+        // for fewer (net::open_files).
+        "connections_allowed": shared.limits.connections_allowed(),
+        "open_files_limit": shared.limits.open_files().map(|files| files.soft),
         "reap_interval_ms": config.reap_interval_ms,
         "fsync": format!("{:?}", config.fsync).to_lowercase(),
         "snap_count": config.snap_count,

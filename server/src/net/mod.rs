@@ -3,6 +3,7 @@
 
 mod connection;
 mod listener;
+pub mod open_files;
 pub mod outbound;
 mod registry;
 pub mod tls;

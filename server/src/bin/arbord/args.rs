@@ -116,7 +116,8 @@ pub struct Args {
     /// the path and envelope).
     #[arg(long)]
     max_data_bytes: Option<usize>,
-    /// Connections served at once.
+    /// Connections served at once (fewer if the open-files limit, less 128
+    /// kept for the server's own files, leaves room for fewer).
     #[arg(long, default_value_t = defaults().connections_max)]
     pub max_connections: usize,
     /// Connections served at once from one client address.

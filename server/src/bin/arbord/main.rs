@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use arbor_server::net::open_files::OpenFilesLimit;
 use arbor_server::server::Listeners;
 use arbor_server::Server;
 use tracing::warn;
@@ -123,6 +124,15 @@ fn run(
     }
     let config = args.config().context("invalid settings")?;
     config.validate().context("invalid settings")?;
+    // Before the server reads it: connections stop short of this limit.
+    match OpenFilesLimit::raise_to_hard() {
+        Ok(files) => tracing::debug!(
+            open_files_limit = files.soft,
+            open_files_hard_limit = files.hard,
+            "open-files limit"
+        ),
+        Err(err) => warn!(error = %err, "cannot raise the open-files limit to its hard limit"),
+    }
     let listen = args.listen(&config)?;
     let zk_listen = args.zk_listen(&config)?;
     let admin_listen = args.admin_listen()?;

@@ -54,8 +54,9 @@ fn reload(argv: &[OsString], started: &Settings, log_level: &LogLevel, limits: &
     if let Err(err) = log_level.set(args.log_level.as_deref()) {
         warn!(error = %crate::one_line(&err), "SIGHUP: the log filter was not changed");
     }
-    if let Err(err) = limits.set_connections(args.max_connections, args.max_connections_per_ip) {
-        warn!(error = %err, "SIGHUP: the connection limits were not changed");
+    match limits.set_connections(args.max_connections, args.max_connections_per_ip) {
+        Ok(()) => arbor_server::server::warn_if_open_files_cap(limits),
+        Err(err) => warn!(error = %err, "SIGHUP: the connection limits were not changed"),
     }
     let ignored: Vec<String> = started
         .changed(&newer)
