@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arbor_protocol::frame::encode_frame;
 use arbor_protocol::Hex;
@@ -25,6 +25,7 @@ use crate::cluster::bootstrap::{self, MemberStorage, RunningMember};
 use crate::config::{Config, ConfigError, LiveLimits};
 use crate::context::Shared;
 use crate::housekeeping;
+use crate::net::log_throttle::{LogThrottle, REFUSAL_LOG_INTERVAL};
 use crate::net::open_files::{OPEN_FILES_RESERVED, REFUSALS_IN_FLIGHT_MAX};
 use crate::net::{self, Listener, TlsAcceptor, Wire};
 use crate::pipeline::apply::StateMachine;
@@ -368,6 +369,9 @@ async fn serve<L: Listener>(
     info!(addr = ?plain_addr, tls_addr = ?tls_addr, zk_addr = ?zk_addr, admin_addr = ?admin_addr, "serving");
     warn_if_open_files_cap(&shared.limits);
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
+    // One line per interval for refusals (left_out: those since the last
+    // line); the metrics count them all.
+    let mut refusals_logged = LogThrottle::new(REFUSAL_LOG_INTERVAL);
     let tls_handshake_timeout = Duration::from_millis(shared.config.handshake_timeout_ms);
     tokio::pin!(shutdown);
     loop {
@@ -394,7 +398,9 @@ async fn serve<L: Listener>(
         // Counted when the task is spawned, in this same loop: nothing
         // else opens one between the check and the count.
         if shared.stats.connections().open >= limit as u64 {
-            warn!(%peer, limit, "connection limit reached; refusing");
+            if let Some(left_out) = refusals_logged.admit(Instant::now()) {
+                warn!(%peer, limit, left_out, "connection limit reached; refusing");
+            }
             shared.stats.connection_refused(false);
             let why = match shared.limits.connections_capped_by_open_files() {
                 Some(files) => format!(
@@ -412,7 +418,9 @@ async fn serve<L: Listener>(
         }
         let Some(ip_slot) = PerIpLimit::acquire(&per_ip, peer.ip()) else {
             let limit = shared.limits.connections_per_ip_max();
-            warn!(%peer, limit, "per-address connection limit reached; refusing");
+            if let Some(left_out) = refusals_logged.admit(Instant::now()) {
+                warn!(%peer, limit, left_out, "per-address connection limit reached; refusing");
+            }
             shared.stats.connection_refused(true);
             refuse(
                 stream,
@@ -566,7 +574,7 @@ fn open_storage(config: &Config) -> Result<OpenedStorage, ServerError> {
         });
     }
     bootstrap::refuse_member_data(&layout.data_dir)?;
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let recovery = recovery::recover(&layout)?;
     for skipped in &recovery.skipped {
         warn!(path = %skipped.path.display(), reason = %skipped.reason, "skipped a snapshot that does not verify");

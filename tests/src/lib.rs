@@ -404,8 +404,16 @@ impl TestServer {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// How many snapshots this ensemble member logged as installed from
-    /// its leader.
+    /// How many of the log lines kept hold every one of `parts` (none
+    /// with `ARBOR_TEST_LOG`, which sends the log to the terminal).
+    pub fn log_lines_with(&self, parts: &[&str]) -> usize {
+        self.log.lock().map_or(0, |log| {
+            log.iter()
+                .filter(|line| parts.iter().all(|part| line.contains(part)))
+                .count()
+        })
+    }
+
     /// Waits until a line of the server's log contains every one of
     /// `parts` (not with `ARBOR_TEST_LOG`, which sends the log to the
     /// terminal); that line.
@@ -428,6 +436,8 @@ impl TestServer {
         }
     }
 
+    /// How many snapshots this ensemble member logged as installed from
+    /// its leader.
     pub fn snapshots_installed(&self) -> u64 {
         self.snapshots_installed.load(Ordering::Acquire)
     }

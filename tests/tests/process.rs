@@ -143,6 +143,12 @@ async fn connections_leave_the_server_descriptors_for_its_files() {
             .unwrap_or_else(|err| panic!("write {i} while the sockets are held: {err}"));
     }
     assert!(server.is_running(), "the server is still up");
+    // Hundreds were refused; the log says so once, not once each.
+    assert_eq!(
+        server.log_lines_with(&["connection limit reached; refusing"]),
+        1,
+        "one line per interval for refusals"
+    );
     let snapshots = std::fs::read_dir(server.data_dir().join("snapshots"))
         .expect("snapshot dir")
         .count();

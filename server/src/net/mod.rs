@@ -3,6 +3,7 @@
 
 mod connection;
 mod listener;
+pub mod log_throttle;
 pub mod open_files;
 pub mod outbound;
 mod registry;
