@@ -152,10 +152,16 @@ impl TestServer {
     /// it under the same limits.
     pub fn start_under_ulimit(ulimit: &str, extra: &[&str]) -> Result<Self, String> {
         let data_dir = fresh_data_dir();
-        let mut server =
-            Self::try_launch(&data_dir, "127.0.0.1:0", extra, Some(ulimit.to_owned()))?;
-        server.owns_data = true;
-        Ok(server)
+        match Self::try_launch(&data_dir, "127.0.0.1:0", extra, Some(ulimit.to_owned())) {
+            Ok(mut server) => {
+                server.owns_data = true;
+                Ok(server)
+            }
+            Err(stderr) => {
+                let _ = std::fs::remove_dir_all(&data_dir);
+                Err(stderr)
+            }
+        }
     }
 
     /// Kills the process with SIGKILL (no shutdown at all) and waits for it.

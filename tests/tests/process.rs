@@ -72,6 +72,20 @@ fn arbord_raises_its_open_files_limit_to_the_hard_one() {
     assert_eq!(soft_after, expected_soft, "the soft limit is raised to it");
 }
 
+// Proves a limit that leaves no room for connections beside the server's
+// own files stops arbord at start, saying so, rather than serving nobody.
+#[test]
+fn arbord_will_not_start_without_room_for_connections() {
+    let refused = TestServer::start_under_ulimit("-n 100", &[]);
+    let stderr = refused.err().expect("arbord refuses to start");
+    assert!(
+        stderr.contains(
+            "the open-files limit is 100: no room for connections beside the 128 descriptors"
+        ),
+        "{stderr}"
+    );
+}
+
 /// Descriptors a server started under `ulimit -n 192` gives connections:
 /// the limit less the 128 it keeps for its own files.
 const CONNECTIONS_UNDER_192: usize = 64;
