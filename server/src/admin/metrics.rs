@@ -6,6 +6,7 @@
 use std::fmt::{Display, Write};
 
 use crate::context::Shared;
+use crate::net::open_files::OpenFilesLimit;
 use crate::stats::{HistogramReading, Stats, CLASS_NAMES, OP_NAMES, RESULT_NAMES, UNSUPPORTED_OP};
 use crate::watch::WatchKind;
 
@@ -378,13 +379,7 @@ impl ProcessFigures {
         let open_fds = std::fs::read_dir("/proc/self/fd")
             .ok()
             .map(|entries| entries.count());
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes the struct it is given.
-        let max_fds = (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0)
-            .then_some(limit.rlim_cur);
+        let max_fds = OpenFilesLimit::current().ok().map(|limit| limit.soft);
         Self {
             cpu_seconds,
             resident_bytes,
