@@ -272,6 +272,44 @@ async fn writes_in_flight_on_one_connection_are_committed_together() {
     );
 }
 
+// Proves a lone lock contender's create is committed on its connection's
+// thread although the look at the queue rides along with it: the look is
+// a read, answered after the create anyway. Once any request read behind a
+// write sent the write to the commit thread, so every acquire paid two
+// thread hand-offs (only the releases' deletes went inline: half).
+#[tokio::test]
+async fn a_write_with_only_reads_behind_it_is_committed_inline() {
+    const CYCLES: usize = 100;
+    let server = TestServer::start();
+    let contender = client(&server).await;
+    let mutex = arbor_client::recipes::Mutex::new(&contender, "/locks/inline");
+    // The first acquire also makes the lock's directory.
+    mutex
+        .lock()
+        .await
+        .expect("locked")
+        .release()
+        .await
+        .expect("released");
+    let before = Metrics::scrape(&server);
+    for _ in 0..CYCLES {
+        let guard = mutex.lock().await.expect("locked");
+        guard.release().await.expect("released");
+    }
+    let after = Metrics::scrape(&server);
+    let moved = |name: &str| after.value(name, &[]) - before.value(name, &[]);
+    // A create and a delete per cycle, and the lock's empty directory may
+    // be reaped and made again.
+    let (writes, txns) = ((2 * CYCLES) as f64, moved("arbor_commit_batch_txns_sum"));
+    assert!(txns >= writes, "{txns} txns for {writes} lock writes");
+    // A look split across two reads still sends its create to the queue.
+    let inline = moved("arbor_commits_inline_total");
+    assert!(
+        inline >= writes * 0.9,
+        "{inline} of {txns} writes committed inline"
+    );
+}
+
 /// Asserts that at least `writes` txns were made durable between the two
 /// scrapes, and that some batch held more than one; the txns.
 fn assert_batched(before: &Metrics, after: &Metrics, writes: usize) -> f64 {

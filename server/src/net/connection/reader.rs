@@ -1,7 +1,7 @@
 //! The reader: decodes each request, has prep decide what it is, and queues
 //! it in arrival order. A request that finds nothing owed ahead of it is
 //! answered here, straight into the outbound queue: a read at once, a write
-//! committed on the spot when the committer is idle and no later request of
+//! committed on the spot when the committer is idle and no later write of
 //! the connection is waiting in the buffer (see [`submit`] and
 //! [`crate::pipeline::commit`]). Same order, fewer hand-offs on the path a
 //! lone client waits on.
@@ -130,14 +130,11 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
             }
             next = frames.next() => next,
         };
-        // `more_read`: the client has sent more already, and the next
-        // request is in the buffer (see `submit`).
-        let (bytes, more_read) = match next {
+        let bytes = match next {
             None => return,
             Some(Ok(bytes)) => {
                 release_large_read_buffer(frames.read_buffer_mut(), bytes.len());
-                let more_read = !frames.read_buffer().is_empty();
-                (bytes, more_read)
+                bytes
             }
             Some(Err(err)) => {
                 if !matches!(err, FrameError::Io(_)) {
@@ -204,8 +201,11 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
             },
             // A session's close is never committed inline: its apply ends
             // the connection, which must have its reply queued first.
+            // Writes already read behind this one go to the committer
+            // with it (see `submit`); reads behind it wait for it anyway.
             Then::Propose(proposal) => {
-                let inline = owes_nothing && !more_read && !prepped.last;
+                let inline =
+                    owes_nothing && !prepped.last && wire.only_reads_buffered(frames.read_buffer());
                 submit(shared, xid, started, proposal, inline).await
             }
             Then::Read(op) => Pending::Read { xid, started, op },
@@ -243,13 +243,13 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
 
 /// Hands a write to the committer: committed at once on this thread when
 /// `inline` and the committer is idle; else queued, its answer to come.
-/// `inline` means nothing of this connection is unanswered and nothing more
-/// of it has been read: a reader blocked in a sync reads no more requests,
-/// so a client with many writes in flight on one connection, committed
-/// inline one by one, got one sync per write (measured: 64 in flight on one
-/// connection, 5.4-5.5 k sets/s inline, 87-92 k/s through the commit
-/// thread). Its first write may still go inline; the ones sent meanwhile
-/// are read together after it, and queued.
+/// `inline` means nothing of this connection is unanswered and no write
+/// of it has been read past this one: a reader blocked in a sync reads no
+/// more requests, so a client with many writes in flight on one
+/// connection, committed inline one by one, got one sync per write
+/// (measured: 64 in flight on one connection, 5.4-5.5 k sets/s inline,
+/// 87-92 k/s through the commit thread). Its first write may still go
+/// inline; the ones sent meanwhile are read together after it, and queued.
 async fn submit(
     shared: &Shared,
     xid: u64,

@@ -3,7 +3,7 @@
 //! differ; the handshake, the reader, the responder and the writer are the
 //! same for both.
 
-use arbor_protocol::frame::{encode_frame, FrameError};
+use arbor_protocol::frame::{encode_frame, FrameError, FRAME_HEADER_BYTES};
 use arbor_protocol::{codec, ClientMessage, ConnectRequest, ErrorCode, Op, ServerMessage};
 
 use crate::zk;
@@ -67,6 +67,39 @@ impl Wire {
     }
 }
 
+/// Requests past the one in hand the reader decodes, at most, to learn
+/// whether all that it has buffered are reads (see
+/// [`Wire::only_reads_buffered`]); more than this counts as a burst.
+pub(super) const LOOKAHEAD_REQUESTS_MAX: usize = 4;
+
+impl Wire {
+    /// Whether `buffered`, the bytes read past the request in hand, is
+    /// nothing but whole requests that need no commit, at most
+    /// [`LOOKAHEAD_REQUESTS_MAX`] of them. A lock contender sends its create
+    /// and a look at the queue together; the look waits for the create
+    /// anyway (a session is answered in order), so the create may still be
+    /// committed on the reader's thread. A partial frame may be the start
+    /// of a burst of writes: not only reads.
+    pub(super) fn only_reads_buffered(self, mut buffered: &[u8]) -> bool {
+        for _ in 0..LOOKAHEAD_REQUESTS_MAX {
+            let Some((header, rest)) = buffered.split_first_chunk::<FRAME_HEADER_BYTES>() else {
+                return buffered.is_empty();
+            };
+            let len = u32::from_be_bytes(*header) as usize;
+            let Some((frame, rest)) = rest.split_at_checked(len) else {
+                return false;
+            };
+            match self.decode_request(frame) {
+                Ok(Incoming::Request { op, .. }) if !op.is_write() => {}
+                Ok(Incoming::Refused { .. }) => {}
+                _ => return false,
+            }
+            buffered = rest;
+        }
+        buffered.is_empty()
+    }
+}
+
 /// Frames messages for the writer, in the connection's wire format.
 pub(super) enum Encoder {
     Native,
@@ -109,5 +142,76 @@ impl Encoder {
                 zk::reply::Encoded::TooLarge { len } => Err(NotFramed::TooLarge { len }),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arbor_protocol::frame::DEFAULT_FRAME_BYTES_MAX;
+    use arbor_protocol::{ClientMessage, CreateMode};
+
+    use super::*;
+
+    fn frame(op: Op) -> Vec<u8> {
+        let mut out = Vec::new();
+        let message = ClientMessage::Request { xid: 7, op };
+        encode_frame(&message, DEFAULT_FRAME_BYTES_MAX, &mut out).expect("framed");
+        out
+    }
+
+    fn look() -> Vec<u8> {
+        frame(Op::ChildrenBelow {
+            path: "/locks/a".to_owned(),
+            sequence: u64::MAX,
+            limit: 2,
+        })
+    }
+
+    fn create() -> Vec<u8> {
+        frame(Op::Create {
+            path: "/locks/a/n".to_owned(),
+            data: Vec::new(),
+            mode: CreateMode::EphemeralSequential,
+        })
+    }
+
+    #[test]
+    fn nothing_or_whole_reads_buffered_are_only_reads() {
+        assert!(Wire::Native.only_reads_buffered(&[]));
+        assert!(Wire::Native.only_reads_buffered(&look()));
+        let reads: Vec<u8> = (0..LOOKAHEAD_REQUESTS_MAX).flat_map(|_| look()).collect();
+        assert!(Wire::Native.only_reads_buffered(&reads));
+    }
+
+    #[test]
+    fn a_write_a_partial_frame_or_a_long_run_may_be_a_burst() {
+        let mut read_then_write = look();
+        read_then_write.extend(create());
+        assert!(!Wire::Native.only_reads_buffered(&create()));
+        assert!(!Wire::Native.only_reads_buffered(&read_then_write));
+        let whole = look();
+        assert!(!Wire::Native.only_reads_buffered(&whole[..2]));
+        assert!(!Wire::Native.only_reads_buffered(&whole[..whole.len() - 1]));
+        let reads: Vec<u8> = (0..=LOOKAHEAD_REQUESTS_MAX).flat_map(|_| look()).collect();
+        assert!(!Wire::Native.only_reads_buffered(&reads));
+        // A frame that does not decode is not known to be a read.
+        assert!(!Wire::Native.only_reads_buffered(&[0, 0, 0, 2, 0xff, 0xff]));
+    }
+
+    #[test]
+    fn zookeeper_frames_are_looked_at_in_their_own_format() {
+        // getData("/a", no watch): xid 1, op 4, path, watch flag.
+        let mut get = vec![0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 2, b'/', b'a', 0];
+        let len = (get.len() as u32).to_be_bytes();
+        get.splice(0..0, len);
+        assert!(Wire::ZooKeeper.only_reads_buffered(&get));
+        // The same bytes read natively are no request.
+        assert!(!Wire::Native.only_reads_buffered(&get));
+        // delete("/a", -1): op 2.
+        let mut delete = vec![0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, b'/', b'a'];
+        delete.extend((-1i32).to_be_bytes());
+        let len = (delete.len() as u32).to_be_bytes();
+        delete.splice(0..0, len);
+        assert!(!Wire::ZooKeeper.only_reads_buffered(&delete));
     }
 }
