@@ -72,15 +72,25 @@ impl Wire {
 /// [`Wire::only_reads_buffered`]); more than this counts as a burst.
 pub(super) const LOOKAHEAD_REQUESTS_MAX: usize = 4;
 
+/// Buffered bytes past which the reader does not look ahead at all: room
+/// for [`LOOKAHEAD_REQUESTS_MAX`] reads of the longest path. More is a
+/// burst, or a big write whose decoding would only be thrown away.
+pub(super) const LOOKAHEAD_BYTES_MAX: usize =
+    LOOKAHEAD_REQUESTS_MAX * (arbor_protocol::path::PATH_BYTES_MAX + 64);
+
 impl Wire {
     /// Whether `buffered`, the bytes read past the request in hand, is
     /// nothing but whole requests that need no commit, at most
-    /// [`LOOKAHEAD_REQUESTS_MAX`] of them. A lock contender sends its create
+    /// [`LOOKAHEAD_REQUESTS_MAX`] of them in at most [`LOOKAHEAD_BYTES_MAX`]
+    /// bytes. A lock contender sends its create
     /// and a look at the queue together; the look waits for the create
     /// anyway (a session is answered in order), so the create may still be
     /// committed on the reader's thread. A partial frame may be the start
     /// of a burst of writes: not only reads.
     pub(super) fn only_reads_buffered(self, mut buffered: &[u8]) -> bool {
+        if buffered.len() > LOOKAHEAD_BYTES_MAX {
+            return false;
+        }
         for _ in 0..LOOKAHEAD_REQUESTS_MAX {
             let Some((header, rest)) = buffered.split_first_chunk::<FRAME_HEADER_BYTES>() else {
                 return buffered.is_empty();
@@ -196,6 +206,16 @@ mod tests {
         assert!(!Wire::Native.only_reads_buffered(&reads));
         // A frame that does not decode is not known to be a read.
         assert!(!Wire::Native.only_reads_buffered(&[0, 0, 0, 2, 0xff, 0xff]));
+    }
+
+    #[test]
+    fn more_bytes_than_a_few_reads_take_are_not_looked_at() {
+        let long = |path: String| frame(Op::GetData { path, watch: false });
+        // One read of the longest path fits; a bigger one is a burst.
+        let longest = format!("/{}", "a".repeat(arbor_protocol::path::PATH_BYTES_MAX - 1));
+        assert!(Wire::Native.only_reads_buffered(&long(longest)));
+        let over = format!("/{}", "a".repeat(LOOKAHEAD_BYTES_MAX));
+        assert!(!Wire::Native.only_reads_buffered(&long(over)));
     }
 
     #[test]
