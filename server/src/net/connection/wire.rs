@@ -91,22 +91,32 @@ impl Wire {
         if buffered.len() > LOOKAHEAD_BYTES_MAX {
             return false;
         }
-        for _ in 0..LOOKAHEAD_REQUESTS_MAX {
+        // The frames first, from their headers alone: a burst (more
+        // requests than the lookahead takes, or one not yet whole) is told
+        // without decoding any of them.
+        let mut frames = [&[][..]; LOOKAHEAD_REQUESTS_MAX];
+        let mut count = 0;
+        while !buffered.is_empty() {
             let Some((header, rest)) = buffered.split_first_chunk::<FRAME_HEADER_BYTES>() else {
-                return buffered.is_empty();
-            };
-            let len = u32::from_be_bytes(*header) as usize;
-            let Some((frame, rest)) = rest.split_at_checked(len) else {
                 return false;
             };
-            match self.decode_request(frame) {
-                Ok(Incoming::Request { op, .. }) if !op.is_write() => {}
-                Ok(Incoming::Refused { .. }) => {}
-                _ => return false,
-            }
+            let len = u32::from_be_bytes(*header) as usize;
+            let (Some((frame, rest)), Some(slot)) =
+                (rest.split_at_checked(len), frames.get_mut(count))
+            else {
+                return false;
+            };
+            *slot = frame;
+            count += 1;
             buffered = rest;
         }
-        buffered.is_empty()
+        frames[..count]
+            .iter()
+            .all(|frame| match self.decode_request(frame) {
+                Ok(Incoming::Request { op, .. }) => !op.is_write(),
+                Ok(Incoming::Refused { .. }) => true,
+                _ => false,
+            })
     }
 }
 
