@@ -200,9 +200,10 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
                 result,
             },
             // A session's close is never committed inline: its apply ends
-            // the connection, which must have its reply queued first.
-            // Writes already read behind this one go to the committer
-            // with it (see `submit`); reads behind it wait for it anyway.
+            // the connection, which must have its reply queued first. Nor
+            // is a write with writes already read behind it: they go to the
+            // committer together (see `submit`). Reads behind it do not
+            // count: they wait for it anyway.
             Then::Propose(proposal) => {
                 let inline =
                     owes_nothing && !prepped.last && wire.only_reads_buffered(frames.read_buffer());

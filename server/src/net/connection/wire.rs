@@ -82,11 +82,11 @@ impl Wire {
     /// Whether `buffered`, the bytes read past the request in hand, is
     /// nothing but whole requests that need no commit, at most
     /// [`LOOKAHEAD_REQUESTS_MAX`] of them in at most [`LOOKAHEAD_BYTES_MAX`]
-    /// bytes. A lock contender sends its create
-    /// and a look at the queue together; the look waits for the create
-    /// anyway (a session is answered in order), so the create may still be
-    /// committed on the reader's thread. A partial frame may be the start
-    /// of a burst of writes: not only reads.
+    /// bytes. A lock contender sends its create and a look at the queue
+    /// together; the look waits for the create anyway (a session is
+    /// answered in order), so the create may still be committed on the
+    /// reader's thread. A partial frame may be the start of a burst of
+    /// writes: not only reads.
     pub(super) fn only_reads_buffered(self, mut buffered: &[u8]) -> bool {
         if buffered.len() > LOOKAHEAD_BYTES_MAX {
             return false;
