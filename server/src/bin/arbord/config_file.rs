@@ -154,16 +154,23 @@ mod tests {
         let dir = tempdir();
         let path = dir.join("arbor.toml");
         std::fs::write(&path, toml).expect("written");
-        let mut argv: Vec<OsString> = std::iter::once("arbord")
+        let argv: Vec<OsString> = std::iter::once("arbord")
             .chain(flags.iter().copied())
             .map(OsString::from)
             .collect();
+        let parsed = parse_file(&path, argv);
+        // The file has been read by now, pass or fail; leave nothing in /tmp.
+        let _ = std::fs::remove_dir_all(&dir);
+        parsed
+    }
+
+    fn parse_file(path: &Path, mut argv: Vec<OsString>) -> anyhow::Result<Args> {
         let command = Args::command();
         let given = command.clone().try_get_matches_from(&argv)?;
-        argv.extend(arguments(&path, &command, &given)?);
+        argv.extend(arguments(path, &command, &given)?);
         let matches = Args::command()
             .try_get_matches_from(&argv)
-            .map_err(|err| explain(&err, &path, &given))?;
+            .map_err(|err| explain(&err, path, &given))?;
         Ok(Args::from_arg_matches(&matches)?)
     }
 
