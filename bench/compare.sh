@@ -32,8 +32,12 @@
 #
 # Everything runs on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
 # directories on the same filesystem (under target/bench-compare), and is
-# measured in alternation: each round runs every workload against one, then
-# the other, and the order flips every round (A B, B A, ...). Every round
+# measured in alternation, the order flipping every round (A B, B A, ...):
+# in the standalone part each load, lock and expiry workload runs against
+# one server, then straight away against the other, both up (paired, after
+# both are quiet), and each memory and recovery workload on a fresh server
+# of its own; the other parts run every workload against one, then every
+# one against the other. Every round
 # also probes the disk's raw fsync latency, the floor under every write.
 # Each workload prints one JSON line (arbor-bench); the tables in
 # BENCHMARKS.md hold the median over rounds and the ratio Arbor/ZooKeeper.
@@ -76,6 +80,7 @@ RECIPES=$WORK/recipes.jsonl
 SCALE_ROUNDS=${SCALE_ROUNDS:-$ROUNDS}
 STEAL_MAX_PERCENT=${STEAL_MAX_PERCENT:-5}
 STEAL_RETRIES=${STEAL_RETRIES:-2}
+PAIRED=   # set while the standalone part's paired rows run; kept with each row
 
 case $PART in
 standalone | ensemble | scale | zkport | recipes | all) ;;
@@ -290,8 +295,9 @@ record() {
         fi
         log "round $round $target $label: the hypervisor stole $steal % of the CPU (over $STEAL_MAX_PERCENT %)"
     done
-    printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","attempts":%s,"result":%s}\n' \
-        "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$attempt" "$kept" >>"$file"
+    printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","attempts":%s,"paired":%s,"result":%s}\n' \
+        "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$attempt" \
+        "$([ -n "$PAIRED" ] && echo true || echo false)" "$kept" >>"$file"
 }
 
 # not_run FILE ROUND TARGET LABEL WHY: a run this machine cannot make, kept
@@ -302,6 +308,29 @@ not_run() {
     log "round $round $target $label: not run: $why"
     printf '{"round":%s,"label":"%s","quick":%s,"commit":"%s","attempts":1,"result":{"target":"%s","not_run":"%s"}}\n' \
         "$round" "$label" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$COMMIT" "$target" "$why" >>"$file"
+}
+
+# quiet PID...: waits (up to QUIET_MAX_SECS) until the servers together
+# spend at most QUIET_TICKS ticks of CPU (of 100 a second) in
+# QUIET_WINDOW_SECS, so a paired row does not measure one server beside
+# the other's leftovers (a JVM still compiling after its run, a snapshot
+# arbord writes after many writes).
+QUIET_TICKS=2
+QUIET_WINDOW_SECS=0.3
+QUIET_MAX_SECS=15
+quiet() {
+    local before after start
+    start=$(now_ms)
+    while [ $(($(now_ms) - start)) -lt $((QUIET_MAX_SECS * 1000)) ]; do
+        before=$(cpu_ticks "$@")
+        sleep "$QUIET_WINDOW_SECS"
+        after=$(cpu_ticks "$@")
+        if [ $((after - before)) -le "$QUIET_TICKS" ]; then
+            if [ $(($(now_ms) - start)) -gt 1000 ]; then log "servers quiet after $(since "$start")"; fi
+            return 0
+        fi
+    done
+    log "servers $* still busy after ${QUIET_MAX_SECS} s; measuring anyway"
 }
 
 # warm_up TARGET SERVERS: not recorded; the JVM's JIT (and both systems'
@@ -413,44 +442,73 @@ run_on() {
 }
 run() { run_on "$RESULTS" "$@"; }
 
+# pair ROUND LABEL CPU ARGS...: one workload against both servers, both up,
+# one right after the other in the round's order ($PAIR_ORDER), each once
+# both servers are quiet. CPU=cpu adds the measured server's --server-pid.
+pair() {
+    local round=$1 label=$2 cpu=$3 target
+    shift 3
+    for target in $PAIR_ORDER; do
+        quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+        if [ "$cpu" = cpu ]; then
+            run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/$target/pid")"
+        else
+            run "$round" "$target" "$label" "$@"
+        fi
+    done
+}
+
+# The standalone part's round: ORDER is "arbor zookeeper" or the reverse.
+# The load, lock and expiry rows run paired: both servers up and warmed,
+# each workload against one, then straight away against the other, so the
+# two sides of a ratio are seconds apart, not minutes (this machine's
+# speed drifts over minutes; rounds that ran every workload against one
+# server, then every one against the other, put that drift into the
+# ratios). The memory and recovery rows need a server of their own, fresh
+# for each: they run one server at a time.
 workloads() {
-    local round=$1 target=$2 pid
-    start_fresh "$target"
-    warm_up "$target" "127.0.0.1:$(port_of "$target")"
+    local round=$1 order=$2 target pid
+    for target in $order; do start_fresh "$target"; done
+    for target in $order; do warm_up "$target" "127.0.0.1:$(port_of "$target")"; done
+    PAIR_ORDER=$order
+    PAIRED=1
     # Load rows also report the server's CPU time per op (and arbor-bench's).
-    local cpu=(--server-pid "$(cat "$WORK/$target/pid")")
-    run "$round" "$target" create-64 create --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
-    run "$round" "$target" set-64 set --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
+    pair "$round" create-64 cpu create --concurrency 64 --conns 8 --count "$LOAD_COUNT"
+    pair "$round" set-64 cpu set --concurrency 64 --conns 8 --count "$LOAD_COUNT"
     # The same writes on one connection, as tasks sharing one client send them.
-    run "$round" "$target" set-64-1conn set --concurrency 64 --conns 1 --count "$LOAD_COUNT" "${cpu[@]}"
-    run "$round" "$target" get-64 get --concurrency 64 --conns 8 --count "$GET_COUNT" "${cpu[@]}"
-    run "$round" "$target" mixed-64 mixed --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
-    run "$round" "$target" delete-64 delete --concurrency 64 --conns 8 --count "$LOAD_COUNT" "${cpu[@]}"
-    run "$round" "$target" get-1 get --concurrency 1 --conns 1 --count "$ONE_COUNT" "${cpu[@]}"
-    run "$round" "$target" create-1 create --concurrency 1 --conns 1 --count "$ONE_COUNT" "${cpu[@]}"
-    run "$round" "$target" lock lock --count "$LOCK_COUNT"
-    run "$round" "$target" handoff-10 handoff --waiters 10
-    run "$round" "$target" handoff-100 handoff --waiters 100
-    run "$round" "$target" handoff-1000 handoff --waiters 1000
-    run "$round" "$target" handoff-100-herd handoff --waiters 100 --herd
-    run "$round" "$target" expiry expiry --session-timeout-ms 4000 --rounds "$EXPIRY_ROUNDS"
-    # Memory on a fresh server: RSS growth for BIG znodes of 32 bytes.
-    start_fresh "$target"
-    pid=$(cat "$WORK/$target/pid")
-    run "$round" "$target" memory memory --count "$BIG" --server-pid "$pid"
-    # Memory per idle session, then per watch, each on a fresh server too: a
-    # server that has grown and freed memory reuses it without growing RSS.
-    start_fresh "$target"
-    pid=$(cat "$WORK/$target/pid")
-    run "$round" "$target" idle-memory idle-memory --conns "$IDLE_CONNS" --server-pid "$pid"
-    start_fresh "$target"
-    pid=$(cat "$WORK/$target/pid")
-    run "$round" "$target" watch-memory watch-memory --nodes "$WATCH_NODES" --watchers "$WATCH_SESSIONS" \
-        --path-bytes "$WATCH_PATH_BYTES" --server-pid "$pid"
-    # Recovery: a fresh server filled with BIG znodes, killed, restarted.
-    start_fresh "$target"
-    run "$round" "$target" recovery recovery --count "$BIG" --restart-cmd "$WORK/$target/restart.sh"
-    stop "$target"
+    pair "$round" set-64-1conn cpu set --concurrency 64 --conns 1 --count "$LOAD_COUNT"
+    pair "$round" get-64 cpu get --concurrency 64 --conns 8 --count "$GET_COUNT"
+    pair "$round" mixed-64 cpu mixed --concurrency 64 --conns 8 --count "$LOAD_COUNT"
+    pair "$round" delete-64 cpu delete --concurrency 64 --conns 8 --count "$LOAD_COUNT"
+    pair "$round" get-1 cpu get --concurrency 1 --conns 1 --count "$ONE_COUNT"
+    pair "$round" create-1 cpu create --concurrency 1 --conns 1 --count "$ONE_COUNT"
+    pair "$round" lock - lock --count "$LOCK_COUNT"
+    pair "$round" handoff-10 - handoff --waiters 10
+    pair "$round" handoff-100 - handoff --waiters 100
+    pair "$round" handoff-1000 - handoff --waiters 1000
+    pair "$round" handoff-100-herd - handoff --waiters 100 --herd
+    pair "$round" expiry - expiry --session-timeout-ms 4000 --rounds "$EXPIRY_ROUNDS"
+    PAIRED=
+    for target in $order; do stop "$target"; done
+    for target in $order; do
+        # Memory on a fresh server: RSS growth for BIG znodes of 32 bytes.
+        start_fresh "$target"
+        pid=$(cat "$WORK/$target/pid")
+        run "$round" "$target" memory memory --count "$BIG" --server-pid "$pid"
+        # Memory per idle session, then per watch, each on a fresh server too: a
+        # server that has grown and freed memory reuses it without growing RSS.
+        start_fresh "$target"
+        pid=$(cat "$WORK/$target/pid")
+        run "$round" "$target" idle-memory idle-memory --conns "$IDLE_CONNS" --server-pid "$pid"
+        start_fresh "$target"
+        pid=$(cat "$WORK/$target/pid")
+        run "$round" "$target" watch-memory watch-memory --nodes "$WATCH_NODES" --watchers "$WATCH_SESSIONS" \
+            --path-bytes "$WATCH_PATH_BYTES" --server-pid "$pid"
+        # Recovery: a fresh server filled with BIG znodes, killed, restarted.
+        start_fresh "$target"
+        run "$round" "$target" recovery recovery --count "$BIG" --restart-cmd "$WORK/$target/restart.sh"
+        stop "$target"
+    done
 }
 
 # --- ZooKeeper's protocol ----------------------------------------------------
@@ -527,6 +585,16 @@ recipe_workloads() {
 
 scale_run() { run_on "$SCALE" "$@"; }
 
+# cpu_ticks PID...: the CPU time the processes have spent, in ticks (of
+# 100 a second), user and system.
+cpu_ticks() {
+    local pid sum=0
+    for pid in "$@"; do
+        sum=$((sum + $(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")))
+    done
+    echo "$sum"
+}
+
 # settle PID: waits (up to SETTLE_MAX_SECS) until the process spends under
 # SETTLE_IDLE_TICKS ticks of CPU (of 100 a second) in a second. A fill of
 # millions of znodes leaves work behind it in both servers (a snapshot of
@@ -537,9 +605,9 @@ SETTLE_MAX_SECS=120
 settle() {
     local pid=$1 before after waited=0
     while [ "$waited" -lt "$SETTLE_MAX_SECS" ]; do
-        before=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")
+        before=$(cpu_ticks "$pid")
         sleep 1
-        after=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")
+        after=$(cpu_ticks "$pid")
         waited=$((waited + 1))
         if [ $((after - before)) -lt "$SETTLE_IDLE_TICKS" ]; then
             log "server $pid settled after ${waited} s"
@@ -788,17 +856,22 @@ ensemble_workloads() {
 
 # --- the runs ----------------------------------------------------------------
 
-# each_round FILE ROUNDS WORKLOADS: ROUNDS rounds into FILE, each running
-# `WORKLOADS ROUND TARGET` for both targets (which goes first alternates)
-# between two probes of the disk's raw fsync.
+# each_round FILE ROUNDS WORKLOADS [paired]: ROUNDS rounds into FILE, each
+# running `WORKLOADS ROUND TARGET` for both targets (which goes first
+# alternates) between two probes of the disk's raw fsync; with `paired`,
+# `WORKLOADS ROUND ORDER` once, which pairs the targets itself.
 each_round() {
-    local file=$1 rounds=$2 workloads=$3 round order target
+    local file=$1 rounds=$2 workloads=$3 paired=${4:-} round order target
     for round in $(seq 1 "$rounds"); do
         record "$file" "$round" disk fsync fsync-probe --dir "$WORK" --count 2000
         if [ $((round % 2)) = 1 ]; then order="arbor zookeeper"; else order="zookeeper arbor"; fi
-        for target in $order; do
-            "$workloads" "$round" "$target"
-        done
+        if [ "$paired" = paired ]; then
+            "$workloads" "$round" "$order"
+        else
+            for target in $order; do
+                "$workloads" "$round" "$target"
+            done
+        fi
         record "$file" "$round" disk fsync-after fsync-probe --dir "$WORK" --count 2000
     done
 }
@@ -811,7 +884,7 @@ if part standalone; then
     : >"$RESULTS"
     BENCH_LOG=$WORK/bench.log
     write_scripts
-    each_round "$RESULTS" "$ROUNDS" workloads
+    each_round "$RESULTS" "$ROUNDS" workloads paired
 fi
 
 if part ensemble; then
@@ -854,6 +927,6 @@ if [ "$REPORT_ONLY" = 1 ]; then PART=none; fi
 export RESULTS ENSEMBLE SCALE ZKPORT RECIPES OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
 export ARBOR_PORT ARBOR_ZK_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
-export STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS
+export STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS QUIET_TICKS QUIET_WINDOW_SECS QUIET_MAX_SECS
 python3 "$ROOT/bench/report.py"
 log "wrote $OUT"
