@@ -523,3 +523,59 @@ async fn reads_only_zookeepers_protocol_asks_for() {
         }
     ));
 }
+
+/// Lists a watched node this many times while other sessions change it.
+const WATCH_RACE_ROUNDS: usize = 3000;
+const WATCH_RACE_WRITERS: usize = 3;
+
+// Proves a watch set by a read never fires ahead of the read's answer.
+// ZooKeeper's clients attach a watcher when the answer comes: an event that
+// overtook it was lost, and a kazoo semaphore waited for it for good. Here
+// one session lists a node's children with a watch, again and again, while
+// others add and remove children as fast as they can: every watch must
+// fire, soon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_set_by_a_read_fires_after_the_reads_answer() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let server = TestServer::start();
+    let reader = zk_client(&server).await;
+    reader
+        .create("/race", b"", &persistent())
+        .await
+        .expect("created");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for writer_id in 0..WATCH_RACE_WRITERS {
+        let writer = zk_client(&server).await;
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let path = format!("/race/w{writer_id}-{i}");
+                writer
+                    .create(&path, b"", &ephemeral())
+                    .await
+                    .expect("added");
+                writer.delete(&path, None).await.expect("removed");
+                i += 1;
+            }
+        }));
+    }
+    for round in 0..WATCH_RACE_ROUNDS {
+        let (_, watcher) = reader
+            .list_and_watch_children("/race")
+            .await
+            .expect("listed");
+        within(
+            &format!("round {round}: the children watch firing"),
+            watcher.changed(),
+        )
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.await.expect("the writer ran");
+    }
+}

@@ -148,6 +148,18 @@ impl OutboundSender {
         })
     }
 
+    /// Waits for a free slot and holds it: what [`Reserved::send`] puts in
+    /// it is queued at once, with no wait. A read that sets a watch fills its
+    /// slot while it still holds the state's read lock, so its answer is
+    /// queued before any event of that watch. `None` if the writer is gone.
+    pub async fn reserve(&self) -> Option<Reserved<'_>> {
+        let permit = self.tx.reserve().await.ok()?;
+        Some(Reserved {
+            permit,
+            budget: &self.budget,
+        })
+    }
+
     /// Queues a watch event unless the connection's backlog is past
     /// [`EVENT_BACKLOG_BYTES_MAX`] (then `Full`, as for a full queue).
     pub fn try_send_event(&self, message: Outbound) -> Result<(), TrySendError<Outbound>> {
@@ -174,6 +186,21 @@ impl OutboundSender {
                 () = tokio::time::sleep(ROOM_RECHECK) => {}
             }
         }
+    }
+}
+
+/// A slot held in a connection's queue ([`OutboundSender::reserve`]).
+pub struct Reserved<'a> {
+    permit: mpsc::Permit<'a, (Outbound, usize)>,
+    budget: &'a Budget,
+}
+
+impl Reserved<'_> {
+    /// Queues `message` in the slot.
+    pub fn send(self, message: Outbound) {
+        let bytes = approx_bytes(&message);
+        self.budget.charge(bytes);
+        self.permit.send((message, bytes));
     }
 }
 

@@ -1,7 +1,12 @@
 //! Reads: answered from the applied state under the read lock.
 //!
 //! A watch set by a read is registered while the read lock is held, so no
-//! write can slip between what the read saw and the watch that covers it.
+//! write can slip between what the read saw and the watch that covers it;
+//! and the read's answer is queued before the lock is let go, so the event
+//! of a write right after it cannot reach the client first. ZooKeeper's
+//! clients (kazoo, Curator, the Java client) attach a watcher only when the
+//! answer arrives, and an event ahead of it was lost: a kazoo semaphore
+//! waited for a wake-up that had gone by.
 
 use arbor_protocol::acl::{Acl, Perms, DIGEST};
 use arbor_protocol::{
@@ -27,14 +32,17 @@ fn sorted_children<'a>(state: &'a StateMachine, path: &str) -> impl Iterator<Ite
         .flatten()
 }
 
-/// Answers a read-only op; returns the result and the zxid it reflects.
-pub fn execute(
+/// Answers a read-only op: `answer` gets the result and the zxid it
+/// reflects, and runs while the read lock is still held (no write applies,
+/// so no watch the read set can fire, until it returns).
+pub fn execute<T>(
     shared: &Shared,
     session_id: SessionId,
     op: &Op,
-) -> (Result<OpResult, ErrorCode>, Zxid) {
+    answer: impl FnOnce(Result<OpResult, ErrorCode>, Zxid) -> T,
+) -> T {
     let state = shared.state.read();
-    (read(shared, session_id, &state, op), state.last_zxid())
+    answer(read(shared, session_id, &state, op), state.last_zxid())
 }
 
 /// One read against a locked state.

@@ -94,6 +94,30 @@ impl Queues {
         }
     }
 
+    /// Answers a read straight to the writer, its answer queued while the
+    /// read lock is held; false if the connection is ending.
+    async fn answer_read(
+        &self,
+        xid: u64,
+        started: Started,
+        op: &Op,
+        closer: &CancellationToken,
+    ) -> bool {
+        let slot = tokio::select! {
+            slot = self.outbound.reserve() => slot,
+            () = closer.cancelled() => None,
+        };
+        let Some(slot) = slot else {
+            self.shared.stats.request_unanswered(started);
+            return false;
+        };
+        read::execute(&self.shared, self.session_id, op, |result, zxid| {
+            self.shared.stats.request_answered(started, &result);
+            slot.send(Box::new(reply(xid, zxid, result)));
+        });
+        true
+    }
+
     /// Waits until everything queued has been passed on to the writer.
     pub(super) async fn finish(self) {
         if let Some(responder) = self.responder {
@@ -218,9 +242,11 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
         };
         let direct = match item {
             Pending::Read { xid, started, op } if owes_nothing => {
-                let (result, zxid) = read::execute(shared, session_id, &op);
-                shared.stats.request_answered(started, &result);
-                Ok(reply(xid, zxid, result))
+                // Queued before the read lock is let go (see `read`).
+                if !queues.answer_read(xid, started, &op, closer).await || prepped.last {
+                    return;
+                }
+                continue;
             }
             Pending::Ready {
                 xid,

@@ -122,11 +122,20 @@ async fn respond_loop(
                 }
             },
             Pending::Read { xid, started, op } => {
-                // Its answer is made only once the client has read enough.
+                // Its answer is made only once the client has read enough,
+                // and queued before the read lock is let go (see `read`).
                 outbound.room().await;
-                let (result, zxid) = read::execute(&shared, session_id, &op);
-                stats.request_answered(started, &result);
-                reply(xid, zxid, result)
+                let Some(slot) = outbound.reserve().await else {
+                    stats.request_unanswered(started);
+                    give_up(pending, &shared);
+                    return;
+                };
+                read::execute(&shared, session_id, &op, |result, zxid| {
+                    stats.request_answered(started, &result);
+                    slot.send(Box::new(reply(xid, zxid, result)));
+                });
+                owed.fetch_sub(1, Ordering::AcqRel);
+                continue;
             }
             Pending::Close(message) => message,
         };

@@ -173,7 +173,7 @@ fn authenticate(
 /// An ensemble member's `sync`: answered once this member has applied what
 /// the leader had committed, so the session's next read is linearizable.
 fn synced(shared: &Shared, session_id: SessionId, op: Op) -> Then {
-    let (checked, _) = read::execute(shared, session_id, &op);
+    let checked = read::execute(shared, session_id, &op, |checked, _| checked);
     let Some(barrier) = shared.ensemble().map(|ensemble| ensemble.sync()) else {
         return Then::Answer(checked);
     };
