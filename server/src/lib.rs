@@ -37,7 +37,10 @@
 //!   are answered from the applied state under a read lock.
 //! * Watches ([`watch`]) fire during apply. The event is queued to the
 //!   connection before any reply that reflects the change, so a client never
-//!   sees the new state before the event that announces it.
+//!   sees the new state before the event that announces it. The other way
+//!   round, a read that sets a watch queues its reply before it lets go of
+//!   the read lock, so no event of that watch overtakes the reply (clients
+//!   that attach a watcher when the reply comes would lose the event).
 //!
 //! ## Durability
 //!
