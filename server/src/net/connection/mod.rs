@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use arbor_protocol::frame::{FrameDecoder, FrameError};
 use arbor_protocol::Hex;
-use arbor_protocol::{ErrorCode, Op, ServerMessage, Zxid};
+use arbor_protocol::{ErrorCode, Op, ServerMessage, SessionId, Zxid};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf};
 use tokio::sync::oneshot;
@@ -133,6 +133,22 @@ fn closing(code: ErrorCode, message: impl Into<String>) -> ServerMessage {
 
 fn reply(xid: u64, zxid: Zxid, result: WriteResult) -> ServerMessage {
     ServerMessage::Reply { xid, zxid, result }
+}
+
+/// Answers a read into `slot` while the read lock is held, so no event of a
+/// watch the read sets can be queued ahead of its answer (see `read`).
+fn answer_read(
+    shared: &Shared,
+    session_id: SessionId,
+    xid: u64,
+    started: Started,
+    op: &Op,
+    slot: outbound::Reserved<'_>,
+) {
+    crate::pipeline::read::execute(shared, session_id, op, |result, zxid| {
+        shared.stats.request_answered(started, &result);
+        slot.send(Box::new(reply(xid, zxid, result)));
+    });
 }
 
 fn frame_error_message(err: &FrameError) -> Option<ServerMessage> {

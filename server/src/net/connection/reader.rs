@@ -18,13 +18,14 @@ use tracing::info;
 
 use super::responder::Responder;
 use super::wire::{Incoming, Wire};
-use super::{closing, frame_error_message, release_large_read_buffer, reply, Frames, Pending};
+use super::{
+    answer_read, closing, frame_error_message, release_large_read_buffer, reply, Frames, Pending,
+};
 use crate::acl::auth::AUTH_ATTEMPTS_PER_CONNECTION_MAX;
 use crate::context::Shared;
 use crate::net::OutboundSender;
 use crate::pipeline::commit::Proposal;
 use crate::pipeline::prep::{self, Then};
-use crate::pipeline::read;
 use crate::stats::{self, Started};
 
 /// Where the reader puts what it has read.
@@ -111,10 +112,7 @@ impl Queues {
             self.shared.stats.request_unanswered(started);
             return false;
         };
-        read::execute(&self.shared, self.session_id, op, |result, zxid| {
-            self.shared.stats.request_answered(started, &result);
-            slot.send(Box::new(reply(xid, zxid, result)));
-        });
+        answer_read(&self.shared, self.session_id, xid, started, op, slot);
         true
     }
 

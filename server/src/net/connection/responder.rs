@@ -17,10 +17,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use super::{closing, reply, Pending};
+use super::{answer_read, closing, reply, Pending};
 use crate::context::Shared;
 use crate::net::OutboundSender;
-use crate::pipeline::read;
 
 /// A running responder, as the reader holds it.
 pub(super) struct Responder {
@@ -130,10 +129,7 @@ async fn respond_loop(
                     give_up(pending, &shared);
                     return;
                 };
-                read::execute(&shared, session_id, &op, |result, zxid| {
-                    stats.request_answered(started, &result);
-                    slot.send(Box::new(reply(xid, zxid, result)));
-                });
+                answer_read(&shared, session_id, xid, started, &op, slot);
                 owed.fetch_sub(1, Ordering::AcqRel);
                 continue;
             }
