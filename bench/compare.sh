@@ -33,11 +33,12 @@
 # Everything runs on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
 # directories on the same filesystem (under target/bench-compare), and is
 # measured in alternation, the order flipping every round (A B, B A, ...):
-# in the standalone part each load, lock and expiry workload runs against
-# one server, then straight away against the other, both up (paired, after
-# both are quiet), and each memory and recovery workload on a fresh server
-# of its own; the other parts run every workload against one, then every
-# one against the other. Every round
+# in the standalone, zkport and recipes parts each load, lock, expiry and
+# recipe workload runs against one server, then straight away against the
+# other, both up (paired, after both are quiet), and each memory and
+# recovery workload on a fresh server of its own; the ensemble and scale
+# parts run every workload against one, then every one against the other
+# (their servers are fresh per round or per size). Every round
 # also probes the disk's raw fsync latency, the floor under every write.
 # Each workload prints one JSON line (arbor-bench); the tables in
 # BENCHMARKS.md hold the median over rounds and the ratio Arbor/ZooKeeper.
@@ -520,71 +521,95 @@ workloads() {
 
 # --- ZooKeeper's protocol ----------------------------------------------------
 # One arbord serves both its ports, so its two protocols are measured on the
-# same server (which goes first flips every round); Apache ZooKeeper gets
-# the same requests from the same two clients.
+# same server; Apache ZooKeeper gets the same requests from the same two
+# clients. Paired as the standalone part: all three sides up and warmed, each
+# workload against every side back to back (the round's order flips which
+# side goes first), each once both servers are quiet. Rows as long as the
+# standalone part's (PAIR_LOAD_COUNT, PAIR_GET_COUNT), for the same reason.
 
-zkport_rows() {
-    local round=$1 target=$2 server=$3 prefix=$4 pid=$5 client
-    for client in lean crate; do
-        local tag=$prefix
-        if [ "$client" = crate ]; then tag=${prefix}crate-; fi
-        if [ "$target" = arbor ] && [ "$client" = crate ]; then continue; fi
-        record "$ZKPORT" "$round" "$target" "${tag}create-64" --target "$target" --zk-client "$client" \
-            --server "$server" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
-        record "$ZKPORT" "$round" "$target" "${tag}get-64" --target "$target" --zk-client "$client" \
-            --server "$server" get --concurrency 64 --conns 8 --count "$GET_COUNT" --server-pid "$pid"
-    done
+# zkport_run ROUND SIDE CLIENT LABEL ARGS...: one workload through CLIENT
+# (lean or crate) against SIDE: arbord's native port, arbord's ZooKeeper
+# port, or ZooKeeper.
+zkport_run() {
+    local round=$1 side=$2 client=$3 label=$4 target server tag="" pid
+    shift 4
+    case $side in
+    native) target=arbor server=127.0.0.1:$ARBOR_PORT ;;
+    port) target=zookeeper server=127.0.0.1:$ARBOR_ZK_PORT tag=port- ;;
+    zookeeper) target=zookeeper server=127.0.0.1:$ZK_PORT ;;
+    esac
+    if [ "$client" = crate ]; then tag=${tag}crate-; fi
+    if [ "$side" = zookeeper ]; then pid=$(cat "$WORK/zookeeper/pid"); else pid=$(cat "$WORK/arbor/pid"); fi
+    quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+    record "$ZKPORT" "$round" "$target" "$tag$label" --target "$target" --zk-client "$client" \
+        --server "$server" "$@" --server-pid "$pid"
 }
 
 zkport_workloads() {
-    local round=$1 target=$2 pid
-    start_fresh "$target"
-    pid=$(cat "$WORK/$target/pid")
-    if [ "$target" = zookeeper ]; then
-        warm_up zookeeper "127.0.0.1:$ZK_PORT"
-        zkport_rows "$round" zookeeper "127.0.0.1:$ZK_PORT" "" "$pid"
-    else
-        warm_up arbor "127.0.0.1:$ARBOR_PORT"
-        warm_up zookeeper "127.0.0.1:$ARBOR_ZK_PORT"
-        if [ $((round % 2)) = 1 ]; then
-            zkport_rows "$round" arbor "127.0.0.1:$ARBOR_PORT" "" "$pid"
-            zkport_rows "$round" zookeeper "127.0.0.1:$ARBOR_ZK_PORT" port- "$pid"
-        else
-            zkport_rows "$round" zookeeper "127.0.0.1:$ARBOR_ZK_PORT" port- "$pid"
-            zkport_rows "$round" arbor "127.0.0.1:$ARBOR_PORT" "" "$pid"
-        fi
-    fi
-    stop "$target"
+    local round=$1 order=$2 target sides client side
+    for target in $order; do start_fresh "$target"; done
+    warm_up arbor "127.0.0.1:$ARBOR_PORT"
+    warm_up zookeeper "127.0.0.1:$ARBOR_ZK_PORT"
+    warm_up zookeeper "127.0.0.1:$ZK_PORT"
+    if [ "$order" = "arbor zookeeper" ]; then sides="native port zookeeper"; else sides="zookeeper port native"; fi
+    PAIRED=1
+    for client in lean crate; do
+        # The second load generator speaks ZooKeeper's protocol only.
+        for side in $sides; do
+            if [ "$client" = lean ] || [ "$side" != native ]; then
+                zkport_run "$round" "$side" "$client" create-64 create --concurrency 64 --conns 8 --count "$PAIR_LOAD_COUNT"
+            fi
+        done
+        for side in $sides; do
+            if [ "$client" = lean ] || [ "$side" != native ]; then
+                zkport_run "$round" "$side" "$client" get-64 get --concurrency 64 --conns 8 --count "$PAIR_GET_COUNT"
+            fi
+        done
+    done
+    PAIRED=
+    for target in $order; do stop "$target"; done
 }
 
 # --- recipes -----------------------------------------------------------------
-# Semaphore and queue on the standalone servers. ZooKeeper's semaphore rows
-# run Curator's protocol, the -kazoo rows kazoo's; its queue rows kazoo's
-# LockingQueue. Semaphore: 4 permits, one client (the uncontended cost of a
-# grant) and 16 clients (contended), holding for nothing or 2 ms (16 clients
-# on 4 permits held 2 ms each: at best 2000 grants a second). Queue: 2
-# producers and 4 consumers with up to 100 items waiting (throughput), and 1
-# producer with 1 item at a time (put->take latency to idle consumers).
+# Semaphore and queue on the standalone servers, paired as the standalone
+# part. ZooKeeper's semaphore rows run Curator's protocol, the -kazoo rows
+# kazoo's; its queue rows kazoo's LockingQueue. Semaphore: 4 permits, one
+# client (the uncontended cost of a grant) and 16 clients (contended),
+# holding for nothing or 2 ms (16 clients on 4 permits held 2 ms each: at
+# best 2000 grants a second). Queue: 2 producers and 4 consumers with up to
+# 100 items waiting (throughput), and 1 producer with 1 item at a time
+# (put->take latency to idle consumers).
 
-recipe_rows() {
-    local round=$1 target=$2 suffix=$3 zk=()
-    if [ -n "$suffix" ]; then zk=(--zk-recipe kazoo); fi
-    run_on "$RECIPES" "$round" "$target" "semaphore-4x1$suffix" semaphore --permits 4 --clients 1 --count "$SEM_COUNT" "${zk[@]}"
-    run_on "$RECIPES" "$round" "$target" "semaphore-4x16$suffix" semaphore --permits 4 --clients 16 --count "$SEM_COUNT" "${zk[@]}"
-    run_on "$RECIPES" "$round" "$target" "semaphore-4x16-hold$suffix" semaphore --permits 4 --clients 16 --hold-us 2000 \
-        --count "$SEM_COUNT" "${zk[@]}"
+# recipe_pair ROUND LABEL SEMAPHORE ARGS...: one recipe workload against each
+# server back to back, once both are quiet; with SEMAPHORE=semaphore,
+# ZooKeeper runs it with Curator's protocol, then with kazoo's.
+recipe_pair() {
+    local round=$1 label=$2 semaphore=$3 target
+    shift 3
+    for target in $PAIR_ORDER; do
+        quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+        run_on "$RECIPES" "$round" "$target" "$label" "$@"
+        if [ "$target" = zookeeper ] && [ "$semaphore" = semaphore ]; then
+            quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+            run_on "$RECIPES" "$round" "$target" "$label-kazoo" "$@" --zk-recipe kazoo
+        fi
+    done
 }
 
 recipe_workloads() {
-    local round=$1 target=$2
-    start_fresh "$target"
-    warm_up "$target" "127.0.0.1:$(port_of "$target")"
-    recipe_rows "$round" "$target" ""
-    if [ "$target" = zookeeper ]; then recipe_rows "$round" "$target" -kazoo; fi
-    run_on "$RECIPES" "$round" "$target" queue-2x4 queue --producers 2 --consumers 4 --max-backlog 100 --items "$QUEUE_ITEMS"
-    run_on "$RECIPES" "$round" "$target" queue-1x4-idle queue --producers 1 --consumers 4 --max-backlog 1 \
-        --items $((QUEUE_ITEMS / 3))
-    stop "$target"
+    local round=$1 order=$2 target
+    for target in $order; do start_fresh "$target"; done
+    for target in $order; do warm_up "$target" "127.0.0.1:$(port_of "$target")"; done
+    PAIR_ORDER=$order
+    PAIRED=1
+    recipe_pair "$round" semaphore-4x1 semaphore semaphore --permits 4 --clients 1 --count "$SEM_COUNT"
+    recipe_pair "$round" semaphore-4x16 semaphore semaphore --permits 4 --clients 16 --count "$SEM_COUNT"
+    recipe_pair "$round" semaphore-4x16-hold semaphore semaphore --permits 4 --clients 16 --hold-us 2000 \
+        --count "$SEM_COUNT"
+    recipe_pair "$round" queue-2x4 - queue --producers 2 --consumers 4 --max-backlog 100 --items "$QUEUE_ITEMS"
+    recipe_pair "$round" queue-1x4-idle - queue --producers 1 --consumers 4 --max-backlog 1 --items $((QUEUE_ITEMS / 3))
+    PAIRED=
+    for target in $order; do stop "$target"; done
 }
 
 # --- scale -------------------------------------------------------------------
@@ -904,8 +929,8 @@ if part ensemble; then
     each_round "$ENSEMBLE" "$ROUNDS" ensemble_workloads
 fi
 
-# again_on_standalone FILE LOG ROUNDS WORKLOADS: a part that runs on the
-# standalone servers' scripts (kept from the standalone part), into FILE.
+# again_on_standalone FILE LOG ROUNDS WORKLOADS [paired]: a part that runs on
+# the standalone servers' scripts (kept from the standalone part), into FILE.
 again_on_standalone() {
     stop arbor
     stop zookeeper
@@ -913,11 +938,11 @@ again_on_standalone() {
     : >"$1"
     BENCH_LOG=$2
     write_scripts
-    each_round "$1" "$3" "$4"
+    each_round "$1" "$3" "$4" "${5:-}"
 }
 if part scale; then again_on_standalone "$SCALE" "$WORK/scale-bench.log" "$SCALE_ROUNDS" scale_workloads; fi
-if part zkport; then again_on_standalone "$ZKPORT" "$WORK/zkport-bench.log" "$ROUNDS" zkport_workloads; fi
-if part recipes; then again_on_standalone "$RECIPES" "$WORK/recipes-bench.log" "$ROUNDS" recipe_workloads; fi
+if part zkport; then again_on_standalone "$ZKPORT" "$WORK/zkport-bench.log" "$ROUNDS" zkport_workloads paired; fi
+if part recipes; then again_on_standalone "$RECIPES" "$WORK/recipes-bench.log" "$ROUNDS" recipe_workloads paired; fi
 
 # --- report ------------------------------------------------------------------
 
