@@ -33,12 +33,12 @@
 # Everything runs on 127.0.0.1 with fsync on, tick 2000 ms, fresh data
 # directories on the same filesystem (under target/bench-compare), and is
 # measured in alternation, the order flipping every round (A B, B A, ...):
-# in the standalone, zkport and recipes parts each load, lock, expiry and
-# recipe workload runs against one server, then straight away against the
-# other, both up (paired, after both are quiet), and each memory and
-# recovery workload on a fresh server of its own; the ensemble and scale
-# parts run every workload against one, then every one against the other
-# (their servers are fresh per round or per size). Every round
+# in the standalone, ensemble, zkport and recipes parts each load, lock,
+# expiry, failover and recipe workload runs against one server (or
+# ensemble), then straight away against the other, both up (paired, after
+# both are quiet), and each memory and recovery workload on a fresh server
+# of its own; the scale part runs every workload against one, then every
+# one against the other (its servers are fresh for each size). Every round
 # also probes the disk's raw fsync latency, the floor under every write.
 # Each workload prints one JSON line (arbor-bench); the tables in
 # BENCHMARKS.md hold the median over rounds and the ratio Arbor/ZooKeeper.
@@ -872,18 +872,40 @@ ens_run() {
     record "$ENSEMBLE" "$round" "$target" "$label" --target "$target" --server "$(ens_servers "$target")" "$@"
 }
 
+# ens_pair ROUND LABEL ARGS...: one workload against both ensembles, one
+# right after the other in the round's order, each once every member of
+# both is quiet; the measured ensemble's members' CPU is counted.
+ens_pair() {
+    local round=$1 label=$2 target
+    shift 2
+    for target in $PAIR_ORDER; do
+        # shellcheck disable=SC2046 # one pid per member, split on purpose
+        quiet $(cat "$WORK"/ens-arbor/m*/pid "$WORK"/ens-zookeeper/m*/pid)
+        ens_run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/ens-$target"/m*/pid | paste -sd, -)"
+    done
+}
+
+# The ensemble part's round, paired as the standalone part: both ensembles
+# up and warmed, each workload against one, then straight away the other.
 ensemble_workloads() {
-    local round=$1 target=$2 dir=$WORK/ens-$2
-    ens_start_fresh "$target"
-    warm_up "$target" "$(ens_servers "$target")"
-    local cpu=(--server-pid "$(cat "$dir"/m*/pid | paste -sd, -)")
-    ens_run "$round" "$target" ens-create-64 create --concurrency 64 --conns 9 --count "$LOAD_COUNT" "${cpu[@]}"
-    ens_run "$round" "$target" ens-set-64 set --concurrency 64 --conns 9 --count "$LOAD_COUNT" "${cpu[@]}"
-    ens_run "$round" "$target" ens-get-64 get --concurrency 64 --conns 9 --count "$GET_COUNT" "${cpu[@]}"
+    local round=$1 order=$2 target
+    for target in $order; do ens_start_fresh "$target"; done
+    for target in $order; do warm_up "$target" "$(ens_servers "$target")"; done
+    PAIR_ORDER=$order
+    PAIRED=1
+    ens_pair "$round" ens-create-64 create --concurrency 64 --conns 9 --count "$PAIR_LOAD_COUNT"
+    ens_pair "$round" ens-set-64 set --concurrency 64 --conns 9 --count "$PAIR_LOAD_COUNT"
+    ens_pair "$round" ens-get-64 get --concurrency 64 --conns 9 --count "$PAIR_GET_COUNT"
     # kill -9 of the leader, KILLS times; {member} is its number in --server.
-    ens_run "$round" "$target" ens-failover failover --kills "$KILLS" \
-        --kill-cmd "'$dir/kill-member.sh' {member}" --start-cmd "'$dir/start-member.sh' {member}"
-    ens_stop "$target"
+    for target in $order; do
+        # shellcheck disable=SC2046
+        quiet $(cat "$WORK"/ens-arbor/m*/pid "$WORK"/ens-zookeeper/m*/pid)
+        ens_run "$round" "$target" ens-failover failover --kills "$KILLS" \
+            --kill-cmd "'$WORK/ens-$target/kill-member.sh' {member}" \
+            --start-cmd "'$WORK/ens-$target/start-member.sh' {member}"
+    done
+    PAIRED=
+    for target in $order; do ens_stop "$target"; done
 }
 
 # --- the runs ----------------------------------------------------------------
@@ -926,7 +948,7 @@ if part ensemble; then
     : >"$ENSEMBLE"
     BENCH_LOG=$WORK/ensemble-bench.log
     write_ensemble_scripts
-    each_round "$ENSEMBLE" "$ROUNDS" ensemble_workloads
+    each_round "$ENSEMBLE" "$ROUNDS" ensemble_workloads paired
 fi
 
 # again_on_standalone FILE LOG ROUNDS WORKLOADS [paired]: a part that runs on

@@ -580,6 +580,10 @@ if ensemble:
     w("it, \"every writer\" until each writer has had one (clients of the dead member have")
     w("moved). Percentiles of a round are over its kills; the tables hold their median over")
     w("rounds.")
+    if ensemble.paired:
+        w("Both ensembles are up through a round; each workload, the leader kills included,")
+        w("runs against one, then straight away against the other, once every member of both")
+        w("is quiet.")
     w("")
     w("### Targets")
     w("")
