@@ -887,10 +887,21 @@ ens_pair() {
 
 # The ensemble part's round, paired as the standalone part: both ensembles
 # up and warmed, each workload against one, then straight away the other.
+# Three JVMs take longer to warm than one: after one warm-up a ZooKeeper
+# ensemble's sets at 64 in flight still rose from 13.3 k/s to 18.5 k/s over
+# the next four runs (creates 12 k -> 14 k); after three it gave 17.8 k/s at
+# once. A standalone ZooKeeper is at its plateau after one (sets 58-65 k/s
+# over five runs).
+ENS_WARM_UPS=${ENS_WARM_UPS:-3}
 ensemble_workloads() {
-    local round=$1 order=$2 target
+    local round=$1 order=$2 target warm
     for target in $order; do ens_start_fresh "$target"; done
-    for target in $order; do warm_up "$target" "$(ens_servers "$target")"; done
+    for target in $order; do
+        for warm in $(seq 1 "$ENS_WARM_UPS"); do
+            log "round $round $target warm-up $warm of $ENS_WARM_UPS"
+            warm_up "$target" "$(ens_servers "$target")"
+        done
+    done
     PAIR_ORDER=$order
     PAIRED=1
     ens_pair "$round" ens-create-64 create --concurrency 64 --conns 9 --count "$PAIR_LOAD_COUNT"
@@ -981,6 +992,6 @@ if [ "$REPORT_ONLY" = 1 ]; then PART=none; fi
 export RESULTS ENSEMBLE SCALE ZKPORT RECIPES OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
 export ARBOR_PORT ARBOR_ZK_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
-export STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS QUIET_TICKS QUIET_WINDOW_SECS QUIET_MAX_SECS
+export ENS_WARM_UPS STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS QUIET_TICKS QUIET_WINDOW_SECS QUIET_MAX_SECS
 python3 "$ROOT/bench/report.py"
 log "wrote $OUT"

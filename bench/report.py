@@ -780,7 +780,12 @@ if ensemble:
     w("gone; its start command starts that member again in the background.")
 w("")
 w("A warm-up (not recorded: 4 s of `mixed`, 3 s of `create`, 20 000 `delete`s) runs")
-w("before the first measured workload of each target in each round, for the JVM's JIT.")
+if ensemble:
+    w("before the first measured workload of each target in each round, for the JVM's JIT")
+    w(f"(for the ensembles {env('ENS_WARM_UPS', '3')} times over: three JVMs took that long to reach their")
+    w("plateau).")
+else:
+    w("before the first measured workload of each target in each round, for the JVM's JIT.")
 def kept_steal(part):
     return [r["steal_percent"] for runs in part.runs.values() for _, r in runs
             if r.get("steal_percent") is not None]
