@@ -450,6 +450,25 @@ run_on() {
 }
 run() { run_on "$RESULTS" "$@"; }
 
+# paired_start ORDER: both standalone servers fresh and warmed, in ORDER
+# ("arbor zookeeper" or the reverse), and the rows that follow recorded as
+# paired, until paired_stop.
+paired_start() {
+    local target
+    for target in $1; do start_fresh "$target"; done
+    for target in $1; do warm_up "$target" "127.0.0.1:$(port_of "$target")"; done
+    PAIR_ORDER=$1
+    PAIRED=1
+}
+paired_stop() {
+    local target
+    PAIRED=
+    for target in $PAIR_ORDER; do stop "$target"; done
+}
+
+# quiet_both: quiet, for the two standalone servers.
+quiet_both() { quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"; }
+
 # pair ROUND LABEL CPU ARGS...: one workload against both servers, both up,
 # one right after the other in the round's order ($PAIR_ORDER), each once
 # both servers are quiet. CPU=cpu adds the measured server's --server-pid.
@@ -457,7 +476,7 @@ pair() {
     local round=$1 label=$2 cpu=$3 target
     shift 3
     for target in $PAIR_ORDER; do
-        quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+        quiet_both
         if [ "$cpu" = cpu ]; then
             run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/$target/pid")"
         else
@@ -476,10 +495,7 @@ pair() {
 # for each: they run one server at a time.
 workloads() {
     local round=$1 order=$2 target pid
-    for target in $order; do start_fresh "$target"; done
-    for target in $order; do warm_up "$target" "127.0.0.1:$(port_of "$target")"; done
-    PAIR_ORDER=$order
-    PAIRED=1
+    paired_start "$order"
     # Load rows also report the server's CPU time per op (and arbor-bench's).
     pair "$round" create-64 cpu create --concurrency 64 --conns 8 --count "$PAIR_LOAD_COUNT"
     pair "$round" set-64 cpu set --concurrency 64 --conns 8 --count "$PAIR_LOAD_COUNT"
@@ -496,8 +512,7 @@ workloads() {
     pair "$round" handoff-1000 - handoff --waiters 1000
     pair "$round" handoff-100-herd - handoff --waiters 100 --herd
     pair "$round" expiry - expiry --session-timeout-ms 4000 --rounds "$EXPIRY_ROUNDS"
-    PAIRED=
-    for target in $order; do stop "$target"; done
+    paired_stop
     for target in $order; do
         # Memory on a fresh server: RSS growth for BIG znodes of 32 bytes.
         start_fresh "$target"
@@ -540,19 +555,16 @@ zkport_run() {
     esac
     if [ "$client" = crate ]; then tag=${tag}crate-; fi
     if [ "$side" = zookeeper ]; then pid=$(cat "$WORK/zookeeper/pid"); else pid=$(cat "$WORK/arbor/pid"); fi
-    quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+    quiet_both
     record "$ZKPORT" "$round" "$target" "$tag$label" --target "$target" --zk-client "$client" \
         --server "$server" "$@" --server-pid "$pid"
 }
 
 zkport_workloads() {
-    local round=$1 order=$2 target sides client side
-    for target in $order; do start_fresh "$target"; done
-    warm_up arbor "127.0.0.1:$ARBOR_PORT"
+    local round=$1 order=$2 sides client side
+    paired_start "$order"
     warm_up zookeeper "127.0.0.1:$ARBOR_ZK_PORT"
-    warm_up zookeeper "127.0.0.1:$ZK_PORT"
     if [ "$order" = "arbor zookeeper" ]; then sides="native port zookeeper"; else sides="zookeeper port native"; fi
-    PAIRED=1
     for client in lean crate; do
         # The second load generator speaks ZooKeeper's protocol only.
         for side in $sides; do
@@ -566,8 +578,7 @@ zkport_workloads() {
             fi
         done
     done
-    PAIRED=
-    for target in $order; do stop "$target"; done
+    paired_stop
 }
 
 # --- recipes -----------------------------------------------------------------
@@ -587,29 +598,25 @@ recipe_pair() {
     local round=$1 label=$2 semaphore=$3 target
     shift 3
     for target in $PAIR_ORDER; do
-        quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+        quiet_both
         run_on "$RECIPES" "$round" "$target" "$label" "$@"
         if [ "$target" = zookeeper ] && [ "$semaphore" = semaphore ]; then
-            quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"
+            quiet_both
             run_on "$RECIPES" "$round" "$target" "$label-kazoo" "$@" --zk-recipe kazoo
         fi
     done
 }
 
 recipe_workloads() {
-    local round=$1 order=$2 target
-    for target in $order; do start_fresh "$target"; done
-    for target in $order; do warm_up "$target" "127.0.0.1:$(port_of "$target")"; done
-    PAIR_ORDER=$order
-    PAIRED=1
+    local round=$1 order=$2
+    paired_start "$order"
     recipe_pair "$round" semaphore-4x1 semaphore semaphore --permits 4 --clients 1 --count "$SEM_COUNT"
     recipe_pair "$round" semaphore-4x16 semaphore semaphore --permits 4 --clients 16 --count "$SEM_COUNT"
     recipe_pair "$round" semaphore-4x16-hold semaphore semaphore --permits 4 --clients 16 --hold-us 2000 \
         --count "$SEM_COUNT"
     recipe_pair "$round" queue-2x4 - queue --producers 2 --consumers 4 --max-backlog 100 --items "$QUEUE_ITEMS"
     recipe_pair "$round" queue-1x4-idle - queue --producers 1 --consumers 4 --max-backlog 1 --items $((QUEUE_ITEMS / 3))
-    PAIRED=
-    for target in $order; do stop "$target"; done
+    paired_stop
 }
 
 # --- scale -------------------------------------------------------------------
