@@ -879,6 +879,12 @@ ens_run() {
     record "$ENSEMBLE" "$round" "$target" "$label" --target "$target" --server "$(ens_servers "$target")" "$@"
 }
 
+# quiet_ensembles: quiet, for every member of both ensembles.
+quiet_ensembles() {
+    # shellcheck disable=SC2046 # one pid per member, split on purpose
+    quiet $(cat "$WORK"/ens-arbor/m*/pid "$WORK"/ens-zookeeper/m*/pid)
+}
+
 # ens_pair ROUND LABEL ARGS...: one workload against both ensembles, one
 # right after the other in the round's order, each once every member of
 # both is quiet; the measured ensemble's members' CPU is counted.
@@ -886,8 +892,7 @@ ens_pair() {
     local round=$1 label=$2 target
     shift 2
     for target in $PAIR_ORDER; do
-        # shellcheck disable=SC2046 # one pid per member, split on purpose
-        quiet $(cat "$WORK"/ens-arbor/m*/pid "$WORK"/ens-zookeeper/m*/pid)
+        quiet_ensembles
         ens_run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/ens-$target"/m*/pid | paste -sd, -)"
     done
 }
@@ -916,8 +921,7 @@ ensemble_workloads() {
     ens_pair "$round" ens-get-64 get --concurrency 64 --conns 9 --count "$PAIR_GET_COUNT"
     # kill -9 of the leader, KILLS times; {member} is its number in --server.
     for target in $order; do
-        # shellcheck disable=SC2046
-        quiet $(cat "$WORK"/ens-arbor/m*/pid "$WORK"/ens-zookeeper/m*/pid)
+        quiet_ensembles
         ens_run "$round" "$target" ens-failover failover --kills "$KILLS" \
             --kill-cmd "'$WORK/ens-$target/kill-member.sh' {member}" \
             --start-cmd "'$WORK/ens-$target/start-member.sh' {member}"
