@@ -448,6 +448,15 @@ impl JuteSession {
         Ok(Reader::new(&record).strings("children")?)
     }
 
+    /// Waits until the server this session talks to has applied every
+    /// write the leader had committed when it got the request.
+    pub async fn sync(&self, path: &str) -> Result<()> {
+        let mut body = Vec::with_capacity(path.len() + 4);
+        body.put_string(path);
+        self.expect_ok(op::SYNC, body, path).await?;
+        Ok(())
+    }
+
     /// Closes the session (its ephemerals go at once).
     pub async fn close(&self) -> Result<()> {
         self.expect_ok(op::CLOSE_SESSION, Vec::new(), "").await?;

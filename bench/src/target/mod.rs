@@ -424,6 +424,17 @@ impl Session {
         }
     }
 
+    /// Waits until the member this session talks to has applied every write
+    /// committed before the call: another session's writes are then visible
+    /// to this one's reads (an ensemble's followers may lag the leader).
+    pub async fn sync(&self, path: &str) -> Result<()> {
+        match self {
+            Session::Arbor(client) => Ok(client.sync(path).await?),
+            Session::Jute(jute) => jute.sync(path).await,
+            Session::Zookeeper(zk) => Ok(zk.client.sync(path).await?),
+        }
+    }
+
     /// A round trip. Both servers answer a session's requests in order and
     /// send a watch event before the reply to any later request, so after
     /// this returns every event triggered before the call has arrived.

@@ -126,6 +126,12 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
         keys.len()
     );
     create_keys(&sessions, &keys, &data).await?;
+    // The keys went in through every session; on an ensemble a session's
+    // member may not have applied the others' creates yet, and a read of
+    // one would find no node.
+    for session in &sessions {
+        session.sync(&root).await?;
+    }
 
     eprintln!("arbor-bench: {name}: running");
     let plan = Arc::new(Plan {
