@@ -634,11 +634,10 @@ fn fsync_probe_reports_latencies() {
     assert!(report["p50_us"].as_u64().unwrap_or(0) <= report["max_us"].as_u64().unwrap_or(0));
 }
 
-// Proves failover kills the leader each round, waits for the writers to be
-// acknowledged again, restarts the member and reports both delays.
-#[test]
-fn failover_times_leader_kills() {
-    let dir = TempDir::new();
+/// Three `arbord` members started by scripts in `dir` (`start{k}.sh`, each
+/// writing `m{k}.pid`), as failover's start command runs them; their client
+/// addresses and the handles that kill them.
+fn start_ensemble(dir: &TempDir) -> (Vec<String>, Vec<ShellServer>) {
     let clients: Vec<String> = (0..3).map(|_| arbor_tests::free_addr()).collect();
     let peers: Vec<String> = (0..3).map(|_| arbor_tests::free_addr()).collect();
     let members: String = (0..3)
@@ -662,6 +661,15 @@ fn failover_times_leader_kills() {
     for addr in &clients {
         wait_listening(addr);
     }
+    (clients, servers)
+}
+
+// Proves failover kills the leader each round, waits for the writers to be
+// acknowledged again, restarts the member and reports both delays.
+#[test]
+fn failover_times_leader_kills() {
+    let dir = TempDir::new();
+    let (clients, servers) = start_ensemble(&dir);
     let kill = format!(
         "pid=$(cat {dir}/m{{member}}.pid); kill -9 $pid; while kill -0 $pid 2>/dev/null; do sleep 0.01; done",
         dir = dir.path().display()
@@ -697,5 +705,45 @@ fn failover_times_leader_kills() {
     );
     assert!(0.0 < first && first <= all, "{report}");
     assert_eq!(stderr.matches("failover: kill ").count(), 2, "{stderr}");
+    drop(servers);
+}
+
+// Proves a writer whose session cannot outlive the outage opens a new one:
+// the kill takes the leader and a second member, which comes back only
+// after OUTAGE_SECS, longer than the writers' 10 s sessions. Writers that
+// kept their first session never wrote again (the run failed after its
+// 60 s limit).
+#[test]
+fn failover_writers_open_new_sessions_after_an_outage_longer_than_their_timeout() {
+    const OUTAGE_SECS: u64 = 12;
+    let dir = TempDir::new();
+    let (clients, servers) = start_ensemble(&dir);
+    let kill = format!(
+        "pid=$(cat {dir}/m{{member}}.pid); other=$(( {{member}} % 3 + 1 )); opid=$(cat {dir}/m$other.pid); \
+         kill -9 $pid $opid; while kill -0 $pid 2>/dev/null || kill -0 $opid 2>/dev/null; do sleep 0.01; done; \
+         (sleep {OUTAGE_SECS}; sh {dir}/start$other.sh) >/dev/null 2>&1 &",
+        dir = dir.path().display()
+    );
+    let start = format!("sh {}/start{{member}}.sh", dir.path().display());
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args([
+            "--server",
+            &clients.join(","),
+            "failover",
+            "--kills",
+            "1",
+            "--kill-cmd",
+            &kill,
+            "--start-cmd",
+            &start,
+        ])
+        .output()
+        .expect("arbor-bench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "failover failed: {stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("stdout is one JSON line");
+    let first = report["first_write_p50_ms"].as_f64().unwrap_or(-1.0);
+    // No write can be acknowledged while only one member is up.
+    assert!(first >= (OUTAGE_SECS * 1000) as f64, "{report}");
     drop(servers);
 }

@@ -128,7 +128,9 @@ pub async fn run(env: &Env, args: &FailoverArgs) -> Result<Report> {
     let tasks: Vec<_> = writers
         .into_iter()
         .enumerate()
-        .map(|(w, (session, path))| tokio::spawn(write_loop(session, path, w, acks.clone())))
+        .map(|(w, (session, path))| {
+            tokio::spawn(write_loop(env.clone(), session, path, w, acks.clone()))
+        })
         .collect();
 
     let mut first_write = Vec::with_capacity(args.kills);
@@ -189,13 +191,34 @@ pub async fn run(env: &Env, args: &FailoverArgs) -> Result<Report> {
     Ok(report)
 }
 
-/// Overwrites `path` forever, noting each acknowledgement.
-async fn write_loop(session: Session, path: String, writer: usize, acks: Arc<Acks>) {
+/// Overwrites `path` forever, noting each acknowledgement. A writer that
+/// has had no write acknowledged for longer than its session's timeout
+/// opens a new session, as an application would once its session expired:
+/// an outage longer than the timeout (a second member lost while the one
+/// killed before is still catching up) ends every session, and a client
+/// never writes through an expired one again.
+async fn write_loop(env: Env, session: Session, path: String, writer: usize, acks: Arc<Acks>) {
     let data = b"failover".to_vec();
+    let mut session = session;
+    let mut last_ack = Instant::now();
     loop {
         match tokio::time::timeout(WRITE_TIMEOUT, session.set(&path, &data)).await {
-            Ok(Ok(())) => acks.record(writer),
-            Ok(Err(_)) | Err(_) => tokio::time::sleep(RETRY_PAUSE).await,
+            Ok(Ok(())) => {
+                last_ack = Instant::now();
+                acks.record(writer);
+            }
+            Ok(Err(_)) | Err(_) => {
+                if last_ack.elapsed() > session.negotiated_timeout() {
+                    if let Ok(Ok(fresh)) =
+                        tokio::time::timeout(WRITE_TIMEOUT, env.connect(&ConnectOptions::default()))
+                            .await
+                    {
+                        session = fresh;
+                        last_ack = Instant::now();
+                    }
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
         }
     }
 }
