@@ -664,6 +664,23 @@ fn start_ensemble(dir: &TempDir) -> (Vec<String>, Vec<ShellServer>) {
     (clients, servers)
 }
 
+/// Runs `arbor-bench failover` against the members at `clients` with
+/// `flags`; its report and its stderr, once it has succeeded.
+fn failover(clients: &[String], kill: &str, start: &str, flags: &[&str]) -> (Value, String) {
+    let servers = clients.join(",");
+    let mut args = vec!["--server", &servers, "failover"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--kill-cmd", kill, "--start-cmd", start]);
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args(&args)
+        .output()
+        .expect("arbor-bench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "failover failed: {stderr}");
+    let report = serde_json::from_slice(&output.stdout).expect("stdout is one JSON line");
+    (report, stderr)
+}
+
 // Proves failover kills the leader each round, waits for the writers to be
 // acknowledged again, restarts the member and reports both delays.
 #[test]
@@ -675,25 +692,12 @@ fn failover_times_leader_kills() {
         dir = dir.path().display()
     );
     let start = format!("sh {}/start{{member}}.sh", dir.path().display());
-    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
-        .args([
-            "--server",
-            &clients.join(","),
-            "failover",
-            "--kills",
-            "2",
-            "--settle-ms",
-            "200",
-            "--kill-cmd",
-            &kill,
-            "--start-cmd",
-            &start,
-        ])
-        .output()
-        .expect("arbor-bench runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "failover failed: {stderr}");
-    let report: Value = serde_json::from_slice(&output.stdout).expect("stdout is one JSON line");
+    let (report, stderr) = failover(
+        &clients,
+        &kill,
+        &start,
+        &["--kills", "2", "--settle-ms", "200"],
+    );
     let kills = report["first_write_ms"].as_array().expect("samples");
     assert_eq!(kills.len(), 2, "{report}");
     for ms in kills {
@@ -725,23 +729,7 @@ fn failover_writers_open_new_sessions_after_an_outage_longer_than_their_timeout(
         dir = dir.path().display()
     );
     let start = format!("sh {}/start{{member}}.sh", dir.path().display());
-    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
-        .args([
-            "--server",
-            &clients.join(","),
-            "failover",
-            "--kills",
-            "1",
-            "--kill-cmd",
-            &kill,
-            "--start-cmd",
-            &start,
-        ])
-        .output()
-        .expect("arbor-bench runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "failover failed: {stderr}");
-    let report: Value = serde_json::from_slice(&output.stdout).expect("stdout is one JSON line");
+    let (report, _) = failover(&clients, &kill, &start, &["--kills", "1"]);
     let first = report["first_write_p50_ms"].as_f64().unwrap_or(-1.0);
     // No write can be acknowledged while only one member is up.
     assert!(first >= (OUTAGE_SECS * 1000) as f64, "{report}");
