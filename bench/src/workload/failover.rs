@@ -197,9 +197,9 @@ pub async fn run(env: &Env, args: &FailoverArgs) -> Result<Report> {
 /// an outage longer than the timeout (a second member lost while the one
 /// killed before is still catching up) ends every session, and a client
 /// never writes through an expired one again.
-async fn write_loop(env: Env, session: Session, path: String, writer: usize, acks: Arc<Acks>) {
+async fn write_loop(env: Env, mut session: Session, path: String, writer: usize, acks: Arc<Acks>) {
     let data = b"failover".to_vec();
-    let mut session = session;
+    // The last acknowledgement, or the last new session.
     let mut last_ack = Instant::now();
     loop {
         match tokio::time::timeout(WRITE_TIMEOUT, session.set(&path, &data)).await {

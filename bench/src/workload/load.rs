@@ -125,13 +125,7 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
         "arbor-bench: {name}: setting up {} nodes under {root}",
         keys.len()
     );
-    create_keys(&sessions, &keys, &data).await?;
-    // The keys went in through every session; on an ensemble a session's
-    // member may not have applied the others' creates yet, and a read of
-    // one would find no node.
-    for session in &sessions {
-        session.sync(&root).await?;
-    }
+    create_keys(&sessions, &keys, &data, &root).await?;
 
     eprintln!("arbor-bench: {name}: running");
     let plan = Arc::new(Plan {

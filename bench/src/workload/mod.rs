@@ -224,8 +224,16 @@ fn random_key<'a>(plan: &'a Plan, rng: &mut Rng) -> Result<&'a str> {
     key(plan, index)
 }
 
-/// Creates `keys` (untimed), pipelined.
-pub async fn create_keys(sessions: &[Session], keys: &[String], data: &[u8]) -> Result<()> {
+/// Creates `keys` under `root` (untimed), pipelined through every session,
+/// then syncs each session on `root`: on an ensemble a session's member may
+/// not yet have applied the creates that went through the others, and a
+/// read of one of those keys would find no node.
+pub async fn create_keys(
+    sessions: &[Session],
+    keys: &[String],
+    data: &[u8],
+    root: &str,
+) -> Result<()> {
     let plan = Arc::new(Plan {
         op: Op::CreateKey,
         root: String::new(),
@@ -237,6 +245,9 @@ pub async fn create_keys(sessions: &[Session], keys: &[String], data: &[u8]) -> 
         duration: None,
     };
     pipelined(sessions, SETUP_CONCURRENCY, limit, plan).await?;
+    for session in sessions {
+        session.sync(root).await?;
+    }
     Ok(())
 }
 
