@@ -124,6 +124,12 @@ SCALE_WATCHERS=16
 # scale: the znodes are spread over this many parents at every size, so 10 M
 # stay under Arbor's 2^20 children per node and every size has one shape.
 SCALE_PARENTS=100
+# scale: creates per multi while the tree is filled (8 multis in flight). With
+# memory's default of 1 000, 8 000 creates were in flight: 80 % of a 10 k tree,
+# whose RSS then held the buffers and allocator pages of that load (375–462 B
+# a znode after a warm-up, against 168–185 B with 100, which the 100 k and 1 M
+# trees give with either).
+SCALE_FILL_BATCH=100
 # scale: ZooKeeper's heap for the restart past SCALE_ZK_ZNODES_MAX. Its live
 # heap holds about 350 B a znode (10 M: 3.5 GB), G1 wants room beside it.
 SCALE_ZK_BIG_HEAP=${SCALE_ZK_BIG_HEAP:-8g}
@@ -676,7 +682,8 @@ scale_workloads() {
         start_fresh "$target"
         warm_up "$target" "127.0.0.1:$(port_of "$target")"
         pid=$(cat "$WORK/$target/pid")
-        scale_run "$round" "$target" "znodes-$n" --keep memory --count "$n" --parents "$SCALE_PARENTS" --server-pid "$pid"
+        scale_run "$round" "$target" "znodes-$n" --keep memory --count "$n" --parents "$SCALE_PARENTS" --batch "$SCALE_FILL_BATCH" \
+            --server-pid "$pid"
         settle "$pid"
         scale_run "$round" "$target" "create-$n" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
         scale_run "$round" "$target" "get-$n" get --concurrency 1 --conns 1 --count "$ONE_COUNT" --server-pid "$pid"

@@ -275,7 +275,8 @@ SCALE_TABLES = [
     ("znodes", "get, 1 in flight: p50", "get", "p50_us", "us"),
     ("znodes", "memory per znode (32 B), RSS", "znodes", "bytes_per_znode", "B"),
     ("znodes", "memory per znode (32 B), RSS, second half of the fill only", "znodes", "marginal_bytes_per_znode", "B"),
-    ("znodes", "filling them (multis of 1000 creates, 8 in flight): znodes per second", "znodes", "ops_per_s", "ops/s"),
+    ("znodes", "filling them (multis of {batch} creates, {concurrency} in flight): znodes per second", "znodes",
+     "ops_per_s", "ops/s"),
     ("znodes", "restart after kill -9", "recovery", "recovery_ms", "ms"),
     ("children", "get-children, 1 in flight: p50", "children", "p50_us", "us"),
     ("children", "get-children, 1 in flight: p99", "children", "p99_us", "us"),
@@ -287,7 +288,15 @@ SCALE_TABLES = [
 ]
 
 
+def first_record(part, prefix):
+    """The first result of the rows labelled PREFIX-<size>, or an empty one."""
+    return next((r for (label, _), runs in part.runs.items() if label.startswith(f"{prefix}-")
+                 for _, r in runs), {})
+
+
 def scale_table(part, size_name, title, prefix, field, unit):
+    # A title may name the run's settings ({batch}), as the rows' records have them.
+    title = title.format_map(defaultdict(lambda: "?", first_record(part, prefix)))
     w(f"**{title}**")
     w("")
     w(f"| {size_name} | Arbor | ZooKeeper | Arbor/ZooKeeper |")
@@ -606,11 +615,13 @@ if scale:
     w("")
     w("One `arbord` and one ZooKeeper server as in the standalone part, a fresh data directory")
     w("for each size. Znodes: the tree is filled with N znodes of 32 B spread over 100 parents")
-    w("(`memory --keep --parents 100`: the RSS they add; the fill pauses halfway until RSS")
-    w("settles, and the second half's growth per znode leaves out the fixed costs of a load, which")
-    w("at 10 k znodes are most of the RSS added and vary by megabytes from run to run), then 50 000")
-    w("creates at 64 in flight and 10 000 single gets run on top of")
-    w("them; the restart is `recovery` on another fresh server holding N znodes. ZooKeeper")
+    fill = first_record(c, "znodes")
+    batch, in_flight = fill.get("batch", "?"), fill.get("concurrency", "?")
+    w(f"(`memory --keep --parents 100 --batch {batch}`: the RSS they add, created in multis of")
+    w(f"{batch}, {in_flight} in flight; the fill pauses halfway until RSS settles, and the second half's")
+    w("growth per znode leaves out the fixed costs of a load), then 50 000 creates at 64 in")
+    w("flight and 10 000 single gets run on top of them; the restart is `recovery` on another")
+    w("fresh server holding N znodes. ZooKeeper")
     w("runs only up to the sizes its `-Xmx1000m` heap holds (about 1 KB a znode); past them it")
     w("runs the restart alone, with the bigger heap (`-Xmx` in `SCALE_ZK_BIG_HEAP`, 8 GB by")
     w("default) a user holding that many znodes has to give it. Children:")
