@@ -663,13 +663,14 @@ settle() {
 }
 
 scale_workloads() {
-    local round=$1 target=$2 n pid limit sizes=("${SCALE_ZNODES[@]}") i
+    local round=$1 target=$2 n pid limit sizes=("${SCALE_ZNODES[@]}")
     # Smallest tree first on odd rounds, largest first on even ones: the disk's
     # speed drifts over the minutes a round takes (fsync p50 362 µs at the
     # start of a round and 207 µs at its end), and a fixed order handed that
     # drift to the sizes as if the tree's size had made it.
     if [ $((round % 2)) -eq 0 ]; then
-        for ((i = ${#SCALE_ZNODES[@]} - 1; i >= 0; i--)); do sizes[${#SCALE_ZNODES[@]} - 1 - i]=${SCALE_ZNODES[i]}; done
+        sizes=()
+        for n in "${SCALE_ZNODES[@]}"; do sizes=("$n" "${sizes[@]}"); done
     fi
     for n in "${sizes[@]}"; do
         if [ "$target" = zookeeper ] && [ "$n" -gt "$SCALE_ZK_ZNODES_MAX" ]; then
