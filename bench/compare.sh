@@ -7,10 +7,13 @@
 #   PART=standalone bench/compare.sh    # one part: standalone, ensemble, scale, zkport, recipes or all (default)
 #   REPORT_ONLY=1 bench/compare.sh      # BENCHMARKS.md again from the results kept, measuring nothing
 #
-# Five parts, each with its own results under target/bench-compare
-# (results.jsonl, ensemble.jsonl, scale.jsonl, zkport.jsonl, recipes.jsonl); running one
-# part replaces only its own, and BENCHMARKS.md shows every part that has
-# results there.
+# Five parts, each with its own results in bench/results, committed with
+# BENCHMARKS.md (results.jsonl, ensemble.jsonl, scale.jsonl, zkport.jsonl,
+# recipes.jsonl; a QUICK run keeps its own under target/bench-compare, and
+# RESULTS_DIR puts them anywhere); running one part replaces only its own,
+# and BENCHMARKS.md shows every part that has results there. Each file
+# starts with the machine it was measured on: a part kept from an earlier
+# run may come from another machine, and the report says so.
 # * standalone: one arbord against one ZooKeeper server (ZooKeeperServerMain).
 # * ensemble: three arbord members against a three-server ZooKeeper ensemble
 #   (QuorumPeerMain), all on this machine; loads spread over the members, and
@@ -73,11 +76,16 @@ ENS_ZK_PORT=${ENS_ZK_PORT:-2681}                # clients
 ENS_ZK_QUORUM_PORT=${ENS_ZK_QUORUM_PORT:-2781}
 ENS_ZK_ELECTION_PORT=${ENS_ZK_ELECTION_PORT:-2881}
 MEMBERS=(1 2 3)
-RESULTS=$WORK/results.jsonl
-ENSEMBLE=$WORK/ensemble.jsonl
-SCALE=$WORK/scale.jsonl
-ZKPORT=$WORK/zkport.jsonl
-RECIPES=$WORK/recipes.jsonl
+if [ "$QUICK" = 1 ]; then
+    RESULTS_DIR=${RESULTS_DIR:-$WORK/quick-results}
+else
+    RESULTS_DIR=${RESULTS_DIR:-$ROOT/bench/results}
+fi
+RESULTS=$RESULTS_DIR/results.jsonl
+ENSEMBLE=$RESULTS_DIR/ensemble.jsonl
+SCALE=$RESULTS_DIR/scale.jsonl
+ZKPORT=$RESULTS_DIR/zkport.jsonl
+RECIPES=$RESULTS_DIR/recipes.jsonl
 SCALE_ROUNDS=${SCALE_ROUNDS:-$ROUNDS}
 STEAL_MAX_PERCENT=${STEAL_MAX_PERCENT:-5}
 STEAL_RETRIES=${STEAL_RETRIES:-2}
@@ -967,12 +975,24 @@ each_round() {
     done
 }
 
-mkdir -p "$WORK"
+# begin_results FILE: empties a part's results and starts them with the
+# machine they are measured on (a part kept in bench/results may be rerun
+# on another machine than the rest).
+begin_results() {
+    printf '{"machine":{"cpu":"%s","cores":%s,"mem_gib":%s,"kernel":"%s","fs":"%s"},"commit":"%s","started":"%s","quick":%s}\n' \
+        "$CPU_MODEL" "$(nproc)" "$MEM_GIB" "$(uname -r)" "$FS_TYPE" "$COMMIT" \
+        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$([ "$QUICK" = 1 ] && echo true || echo false)" >"$1"
+}
+
+mkdir -p "$WORK" "$RESULTS_DIR"
+CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
+MEM_GIB=$(free -g | awk '/^Mem:/ {print $2}')
+FS_TYPE=$(df -T "$WORK" | awk 'NR == 2 {print $2}')
 if part standalone; then
     stop arbor
     stop zookeeper
     rm -rf "$WORK/arbor" "$WORK/zookeeper" "$WORK/bench.log"
-    : >"$RESULTS"
+    begin_results "$RESULTS"
     BENCH_LOG=$WORK/bench.log
     write_scripts
     each_round "$RESULTS" "$ROUNDS" workloads paired
@@ -982,7 +1002,7 @@ if part ensemble; then
     ens_stop arbor
     ens_stop zookeeper
     rm -rf "$WORK/ens-arbor" "$WORK/ens-zookeeper" "$WORK/ensemble-bench.log"
-    : >"$ENSEMBLE"
+    begin_results "$ENSEMBLE"
     BENCH_LOG=$WORK/ensemble-bench.log
     write_ensemble_scripts
     each_round "$ENSEMBLE" "$ROUNDS" ensemble_workloads paired
@@ -994,7 +1014,7 @@ again_on_standalone() {
     stop arbor
     stop zookeeper
     rm -rf "$2"
-    : >"$1"
+    begin_results "$1"
     BENCH_LOG=$2
     write_scripts
     each_round "$1" "$3" "$4" "${5:-}"
@@ -1006,9 +1026,6 @@ if part recipes; then again_on_standalone "$RECIPES" "$WORK/recipes-bench.log" "
 # --- report ------------------------------------------------------------------
 
 ARBOR_VERSION=$("$ARBORD" --version | awk '{print $2}')
-CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-MEM_GIB=$(free -g | awk '/^Mem:/ {print $2}')
-FS_TYPE=$(df -T "$WORK" | awk 'NR == 2 {print $2}')
 RUSTC=$(rustc --version)
 JAVA=$(java -version 2>&1 | head -1)
 ENS_ARBOR_SERVERS=$(ens_servers arbor)

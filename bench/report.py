@@ -6,8 +6,9 @@ $RESULTS (standalone servers), $ENSEMBLE (three-member ensembles), $SCALE
 (standalone servers as the work grows), $ZKPORT (ZooKeeper's protocol:
 arbord's ZooKeeper port beside its native one and Apache ZooKeeper) and
 $RECIPES (semaphore and queue: Arbor's recipes against Curator's and kazoo's
-protocols on ZooKeeper). Each
-line is {"round", "label", "quick", "commit", "result"} where result is one
+protocols on ZooKeeper). A file's first line says the machine it was
+measured on ({"machine", "commit", "started", "quick"}); each other line is
+{"round", "label", "quick", "commit", "result"} where result is one
 arbor-bench line. The tables hold, per workload and target, the median over
 rounds, and the ratio Arbor/ZooKeeper of those medians, against the targets
 (standalone and scale: issue 12's; ensemble: issue 11's; zkport: issue 14's).
@@ -40,9 +41,17 @@ class Part:
         self.remeasured = 0
         # Rows run paired: each against both servers, one straight after the other.
         self.paired = 0
+        # Files written before the machine line: the machine reporting now.
+        self.machine = None
+        self.started = None
         with open(path) as lines:
             for line in lines:
                 entry = json.loads(line)
+                if "machine" in entry:
+                    self.machine = entry["machine"]
+                    self.started = datetime.datetime.strptime(
+                        entry["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+                    continue
                 result = entry["result"]
                 target = result.get("target", "disk")
                 if "not_run" in result:
@@ -57,7 +66,10 @@ class Part:
                 if commit and commit not in self.commits:
                     self.commits.append(commit)
                 self.rounds = max(self.rounds, entry["round"])
-        self.measured = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+        # The file's time is its checkout's in a fresh clone: the machine
+        # line's start time, where there is one.
+        self.measured = self.started or datetime.datetime.fromtimestamp(
+            os.path.getmtime(path), datetime.timezone.utc)
         # Measured by this run of compare.sh, or kept from an earlier one.
         self.now = PART in ("all", name)
 
@@ -701,11 +713,23 @@ fsync_all_p99 = [v for p in parts for v in p.values("fsync", "disk", "p99_us")]
 fsync_p50 = statistics.median(fsync_all) if fsync_all else None
 fsync_p99 = statistics.median(fsync_all_p99) if fsync_all_p99 else None
 
+def machine_of(part):
+    """The machine a part was measured on, as one line."""
+    m = part.machine or {"cpu": env("CPU_MODEL", "?"), "cores": os.cpu_count(), "mem_gib": env("MEM_GIB", "?"),
+                         "kernel": platform.release(), "fs": env("FS_TYPE", "?")}
+    return (f"CPU: {m['cpu']}, {m['cores']} cores; memory {m['mem_gib']} GiB; kernel {m['kernel']}; "
+            f"filesystem of the data directories: {m['fs']}")
+
+
+machines = list(dict.fromkeys(machine_of(p) for p in parts))
 w("")
 w("## Machine and versions")
 w("")
-w(f"* CPU: {env('CPU_MODEL', '?')}, {os.cpu_count()} cores; memory {env('MEM_GIB', '?')} GiB")
-w(f"* Kernel: {platform.release()}; filesystem of the data directories: {env('FS_TYPE', '?')}")
+if len(machines) == 1:
+    w(f"* {machines[0]}")
+else:
+    w("* **The parts were measured on different machines** (each part's machine is below):")
+    w("  ratios within a part compare like with like, figures across parts do not.")
 w(f"* Disk: raw 4 KiB write + fdatasync p50 {fmt(fsync_p50, 'us')}, p99 {fmt(fsync_p99, 'us')} "
   "(median of the probes taken at the start of each round)")
 measured_commits = list(dict.fromkeys(c for p in parts for c in p.commits)) or [env("COMMIT", "?")]
@@ -717,6 +741,8 @@ for p in parts:
     source = "this run" if p.now else "kept from an earlier run of `bench/compare.sh`"
     w(f"* {p.name.capitalize()} part: {p.rounds} round{'s' if p.rounds != 1 else ''}, "
       f"measured {when} at commit {', '.join(p.commits) or '?'} ({source})")
+    if len(machines) > 1:
+        w(f"  on {machine_of(p)}")
 w("")
 w("## How it was run")
 w("")
