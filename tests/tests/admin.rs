@@ -233,6 +233,51 @@ async fn one_worker_thread_still_commits_many_clients_writes_together() {
     assert_batched(&after_lone, &after, CLIENTS * WRITES_PER_CLIENT);
 }
 
+// Proves the idle spin saves a lone client's wake-ups: with a window no
+// next request misses, nearly every read of a client reading one after
+// another is found by the worker still polling, not by a wake-up; and that
+// `--idle-spin-us` sets the window, 0 turning the spin off.
+#[tokio::test]
+async fn a_lone_clients_next_request_is_found_by_the_idle_spin() {
+    const READS: usize = 200;
+    let spin_us = |server: &TestServer| {
+        let (_, conf) = server.admin_get("/commands/conf");
+        let conf: serde_json::Value = serde_json::from_str(&conf).expect("JSON");
+        conf["idle_spin_us"].as_u64().expect("idle_spin_us")
+    };
+    let found = |m: &Metrics| m.value("arbor_idle_spins_total", &[("ended", "work")]);
+
+    let server = TestServer::start_with(&["--idle-spin-us", "10000"]);
+    assert_eq!(spin_us(&server), 10_000);
+    let lone = client(&server).await;
+    lone.create("/spin", vec![1; 16], CreateMode::Persistent)
+        .await
+        .expect("created");
+    let before = Metrics::scrape(&server);
+    for _ in 0..READS {
+        lone.get_data("/spin").await.expect("read");
+    }
+    let after = Metrics::scrape(&server);
+    let saved = found(&after) - found(&before);
+    assert!(
+        saved >= (READS / 2) as f64,
+        "reads found by the spin: {saved} of {READS}"
+    );
+    assert!(after.value("arbor_idle_spin_seconds_total", &[]) > 0.0);
+
+    let off = TestServer::start_with(&["--idle-spin-us", "0"]);
+    assert_eq!(spin_us(&off), 0);
+    let quiet = client(&off).await;
+    quiet.get_data("/").await.expect("read");
+    let metrics = Metrics::scrape(&off);
+    assert!(metrics
+        .find("arbor_idle_spins_total", &[("ended", "work")])
+        .is_none());
+
+    let default = TestServer::start();
+    assert_eq!(spin_us(&default), 100);
+}
+
 // Proves writes sent together on one connection are synced together: a
 // client whose tasks share one connection, 64 writes in flight, gets batches
 // of more than one write. Once each write was committed on the reader's

@@ -145,6 +145,7 @@ fn conf(shared: &Shared) -> Value {
         "worker_threads": tokio::runtime::Handle::try_current()
             .map(|runtime| runtime.metrics().num_workers())
             .ok(),
+        "idle_spin_us": crate::net::idle_spin::window().as_micros() as u64,
         "4lw": config.four_letter_words.to_string(),
         "superuser": config.super_digest.is_some(),
         "tls": config.tls.is_some(),

@@ -6,6 +6,7 @@
 use std::fmt::{Display, Write};
 
 use crate::context::Shared;
+use crate::net::idle_spin::SpinCounts;
 use crate::net::open_files::OpenFilesLimit;
 use crate::stats::{HistogramReading, Stats, CLASS_NAMES, OP_NAMES, RESULT_NAMES, UNSUPPORTED_OP};
 use crate::watch::WatchKind;
@@ -24,7 +25,30 @@ pub fn render(shared: &Shared) -> String {
         ensemble(&mut page, status);
     }
     process(&mut page, &figures);
+    if let Some(counts) = crate::net::idle_spin::counts() {
+        idle_spin(&mut page, counts);
+    }
     page.out
+}
+
+fn idle_spin(page: &mut Exposition, counts: SpinCounts) {
+    page.family(
+        "arbor_idle_spins_total",
+        "counter",
+        "Polls for work by the last busy worker before it sleeps, by how they ended: work (a wake-up saved), worker_woke, window (nothing came).",
+    );
+    for (ended, count) in [
+        ("work", counts.found_work),
+        ("worker_woke", counts.worker_woke),
+        ("window", counts.window_passed),
+    ] {
+        page.sample("arbor_idle_spins_total", &[("ended", ended)], count);
+    }
+    page.counter(
+        "arbor_idle_spin_seconds_total",
+        "Time worker threads spent polling for work instead of sleeping.",
+        counts.spun_us as f64 / 1e6,
+    );
 }
 
 fn requests(page: &mut Exposition, stats: &Stats) {

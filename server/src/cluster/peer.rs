@@ -252,6 +252,7 @@ async fn open(target: &Target) -> std::io::Result<Box<dyn PeerStream>> {
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
     let _ = stream.set_nodelay(true);
+    crate::net::idle_spin::watch(&stream);
     Ok(match &target.tls {
         Some(tls) => Box::new(tls.connect(stream, target.id).await?),
         None => Box::new(stream),

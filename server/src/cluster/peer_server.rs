@@ -61,6 +61,7 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
+        crate::net::idle_spin::watch(&stream);
         let (raft, shared, forwards, stop) =
             (raft.clone(), shared.clone(), forwards.clone(), stop.clone());
         let tls = tls.clone();

@@ -23,6 +23,7 @@ impl Listener for tokio::net::TcpListener {
         let (stream, peer) = tokio::net::TcpListener::accept(self).await?;
         // Replies are small and latency matters more than packet count.
         stream.set_nodelay(true)?;
+        super::idle_spin::watch(&stream);
         Ok((stream, peer))
     }
 

@@ -2,6 +2,7 @@
 //! per-connection request loop.
 
 mod connection;
+pub mod idle_spin;
 mod listener;
 pub mod log_throttle;
 pub mod open_files;

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use anyhow::Context;
 use arbor_server::config::EnsembleConfig;
+use arbor_server::net::idle_spin::{IDLE_SPIN_DEFAULT, IDLE_SPIN_MAX};
 use arbor_server::net::TlsFiles;
 use arbor_server::storage::txnlog::FsyncPolicy;
 use arbor_server::zk::four_letter::Whitelist;
@@ -160,6 +161,16 @@ pub struct Args {
     /// process may use. The commit and snapshot threads come on top.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=WORKER_THREADS_MAX as i64))]
     pub worker_threads: Option<u16>,
+    /// Microseconds the last busy worker thread polls for the next request
+    /// before it sleeps (0: never): a wake-up saved per request of a lone
+    /// client, for some idle CPU. See docs/operations.md.
+    #[arg(
+        long,
+        value_name = "MICROS",
+        default_value_t = IDLE_SPIN_DEFAULT.as_micros() as u64,
+        value_parser = clap::value_parser!(u64).range(0..=IDLE_SPIN_MAX.as_micros() as u64)
+    )]
+    pub idle_spin_us: u64,
     /// Check the data directory's snapshots and log without changing them,
     /// print what was found, and exit (1 if the server would refuse to start).
     #[arg(long)]

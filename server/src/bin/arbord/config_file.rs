@@ -230,6 +230,7 @@ super_digest = "admin:x/LWd8hIZYH0XIP6rR1qYM8vvm4="
 snap_retain = 5
 segment_bytes = 1048576
 worker_threads = 3
+idle_spin_us = 250
 "#;
 
     const EVERY_FLAG: &[&str] = &[
@@ -295,6 +296,8 @@ worker_threads = 3
         "1048576",
         "--worker-threads",
         "3",
+        "--idle-spin-us",
+        "250",
     ];
 
     // Proves every flag that is a setting can be set from the file, to the

@@ -11,8 +11,10 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
+use arbor_server::net::idle_spin::IdleSpin;
 use arbor_server::net::open_files::OpenFilesLimit;
 use arbor_server::server::Listeners;
 use arbor_server::Server;
@@ -143,6 +145,13 @@ fn run(
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(workers) = args.worker_threads {
         runtime.worker_threads(usize::from(workers));
+    }
+    if args.idle_spin_us > 0 {
+        let window = Duration::from_micros(args.idle_spin_us);
+        let spin = IdleSpin::new(window).context("cannot set up the idle spin")?;
+        if spin.install(&mut runtime).is_err() {
+            anyhow::bail!("the idle spin is installed already");
+        }
     }
     let runtime = runtime
         .enable_all()
