@@ -10,7 +10,7 @@
 //! every reply and is woken by the next request.
 //!
 //! So a worker about to park, when every other worker is parked already,
-//! first polls for up to a window ([`IdleSpin::window`]):
+//! first polls for up to a window (`--idle-spin-us`):
 //! * its own epoll set, in which every client and peer socket is registered
 //!   edge-triggered ([`watch`]): new bytes on any of them end the spin;
 //! * the runtime's injection queue: a task woken from another thread (the
@@ -59,7 +59,7 @@ const EVENTS_PER_POLL: usize = 8;
 
 /// How a spin ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpinEnd {
+enum SpinEnd {
     /// Bytes arrived on a watched socket, or a task was woken from
     /// another thread.
     Work,
@@ -143,7 +143,7 @@ impl IdleSpin {
     }
 
     /// How long a worker spins at most before it parks.
-    pub fn window(&self) -> Duration {
+    fn window(&self) -> Duration {
         self.window
     }
 
@@ -221,7 +221,7 @@ impl IdleSpin {
     /// Polls the socket set and `other` (work the runtime knows of) until
     /// either has something or the window has passed, yielding the CPU
     /// between polls.
-    pub fn spin(&self, mut other: impl FnMut() -> Option<SpinEnd>) -> SpinEnd {
+    fn spin(&self, mut other: impl FnMut() -> Option<SpinEnd>) -> SpinEnd {
         let started = Instant::now();
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_POLL];
         let end = loop {
@@ -253,7 +253,7 @@ impl IdleSpin {
     }
 
     /// What the spins have come to so far.
-    pub fn counts(&self) -> SpinCounts {
+    fn counts(&self) -> SpinCounts {
         SpinCounts {
             found_work: self.found_work.load(Ordering::Relaxed),
             worker_woke: self.worker_woke.load(Ordering::Relaxed),
