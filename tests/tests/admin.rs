@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use arbor_client::{AddWatchMode, CreateMode, Hex};
+use arbor_client::{AddWatchMode, Client, ClientOptions, CreateMode, Hex};
 use arbor_tests::{client, TestEnsemble, TestServer};
 use prometheus_parse::{LineInfo, Scrape, Value};
 
@@ -276,6 +276,47 @@ async fn a_lone_clients_next_request_is_found_by_the_idle_spin() {
 
     let default = TestServer::start();
     assert_eq!(spin_us(&default), 100);
+}
+
+// Proves heartbeats alone do not make the server spin: with idle sessions
+// pinging, the last worker parks at once after each ping (counted as
+// skipped) instead of polling out its window, which cost CPU for nothing.
+#[tokio::test]
+async fn idle_sessions_heartbeats_do_not_make_the_server_spin() {
+    const SESSIONS: usize = 20;
+    const IDLE: Duration = Duration::from_secs(3);
+    let server = TestServer::start_with(&["--idle-spin-us", "1000", "--reap-interval-ms", "10000"]);
+    let options = ClientOptions::default().with_session_timeout(Duration::from_millis(600));
+    let mut idle = Vec::with_capacity(SESSIONS);
+    for _ in 0..SESSIONS {
+        let session = Client::connect(server.addr(), options.clone())
+            .await
+            .expect("connects");
+        idle.push(session);
+    }
+    let before = Metrics::scrape(&server);
+    tokio::time::sleep(IDLE).await;
+    let after = Metrics::scrape(&server);
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        after.value(name, labels) - before.value(name, labels)
+    };
+    let pings = moved("arbor_requests_total", &[("op", "ping"), ("result", "ok")]);
+    let spins: f64 = ["work", "worker_woke", "window"]
+        .iter()
+        .map(|ended| moved("arbor_idle_spins_total", &[("ended", ended)]))
+        .sum();
+    let skipped = moved("arbor_idle_spins_skipped_total", &[]);
+    // Each session pings every 200 ms: about 300 in all.
+    assert!(pings >= 100.0, "{pings} pings in {IDLE:?}");
+    assert!(
+        skipped >= pings / 4.0,
+        "{skipped} parks without a spin after {pings} pings"
+    );
+    // What still spins follows the server's own timers, not the pings.
+    assert!(spins < pings / 2.0, "{spins} spins after {pings} pings");
+    for session in idle {
+        session.close().await.expect("closed");
+    }
 }
 
 // Proves writes sent together on one connection are synced together: a

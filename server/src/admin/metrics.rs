@@ -49,6 +49,11 @@ fn idle_spin(page: &mut Exposition, counts: SpinCounts) {
         "Time worker threads spent polling for work instead of sleeping.",
         counts.spun_us as f64 / 1e6,
     );
+    page.counter(
+        "arbor_idle_spins_skipped_total",
+        "Times the last busy worker slept without polling, because clients had sent only heartbeats since it last slept.",
+        counts.skipped_after_pings,
+    );
 }
 
 fn requests(page: &mut Exposition, stats: &Stats) {

@@ -28,6 +28,12 @@
 //! worker's queue where a spinner does not look, and it would keep the
 //! other from waking a parked worker to share it.
 //!
+//! Nor does a worker spin when all the clients sent since it last parked
+//! were heartbeats ([`served`]): a session's next ping is a third of its
+//! timeout away, so a spin after one only burns its window. Idle sessions
+//! are nothing but pings: with 10 000 of them the spin polled 58–67 ms a
+//! second for nothing, and 16–21 ms once it skipped pings.
+//!
 //! The cost is CPU while idle: at most one window after each burst of
 //! activity, in yields. For a steady trickle of requests that is a little
 //! more than the wake-ups cost (measured: 47–73 µs of server CPU per lone
@@ -37,7 +43,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -56,6 +62,11 @@ pub const IDLE_SPIN_MAX: Duration = Duration::from_millis(10);
 /// Readiness events taken from the spin's epoll set per poll: any one ends
 /// the spin, so one would do; a few drain a burst's stale edges at once.
 const EVENTS_PER_POLL: usize = 8;
+
+/// Marks in [`IdleSpin::served`]: a client sent a heartbeat…
+const SERVED_PING: u8 = 1;
+/// …or a request that may well be followed by its next one.
+const SERVED_REQUEST: u8 = 2;
 
 /// How a spin ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +91,9 @@ pub struct SpinCounts {
     pub window_passed: u64,
     /// Time spent spinning, in microseconds.
     pub spun_us: u64,
+    /// Times the last worker parked without spinning because clients had
+    /// sent only heartbeats since it last parked.
+    pub skipped_after_pings: u64,
 }
 
 /// The spin of one runtime's worker threads: its hooks go on the runtime's
@@ -93,6 +107,10 @@ pub struct IdleSpin {
     workers_idle: AtomicUsize,
     /// The runtime's, taken on the first park (the hooks run in its context).
     metrics: OnceLock<Option<RuntimeMetrics>>,
+    /// What clients sent since the last worker last parked
+    /// (`SERVED_PING | SERVED_REQUEST`).
+    served: AtomicU8,
+    skipped_after_pings: AtomicU64,
     found_work: AtomicU64,
     worker_woke: AtomicU64,
     window_passed: AtomicU64,
@@ -107,6 +125,14 @@ static INSTALLED: OnceLock<IdleSpin> = OnceLock::new();
 pub fn watch(socket: &impl AsFd) {
     if let Some(spin) = INSTALLED.get() {
         spin.watch(socket);
+    }
+}
+
+/// Notes that a client request was read: a heartbeat (`ping`) or any other.
+/// A burst of heartbeats alone ends in a park without a spin.
+pub fn served(ping: bool) {
+    if let Some(spin) = INSTALLED.get() {
+        spin.served(ping);
     }
 }
 
@@ -135,6 +161,8 @@ impl IdleSpin {
             epoll,
             workers_idle: AtomicUsize::new(0),
             metrics: OnceLock::new(),
+            served: AtomicU8::new(0),
+            skipped_after_pings: AtomicU64::new(0),
             found_work: AtomicU64::new(0),
             worker_woke: AtomicU64::new(0),
             window_passed: AtomicU64::new(0),
@@ -183,7 +211,29 @@ impl IdleSpin {
         }
     }
 
-    /// The park hook: spins if every other worker is parked.
+    /// Notes a client request read, heartbeat or not.
+    fn served(&self, ping: bool) {
+        let mark = if ping { SERVED_PING } else { SERVED_REQUEST };
+        // Read first: under load the mark is set already, and a load keeps
+        // the cache line shared where a write would bounce it per request.
+        if self.served.load(Ordering::Relaxed) & mark == 0 {
+            self.served.fetch_or(mark, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the last worker, about to park, should spin: not when the
+    /// clients sent only heartbeats since it last parked. Takes the marks.
+    fn worth_spinning(&self) -> bool {
+        let served = self.served.swap(0, Ordering::AcqRel);
+        if served == SERVED_PING {
+            self.skipped_after_pings.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The park hook: spins if every other worker is parked, unless clients
+    /// sent nothing but heartbeats since the last such park.
     fn before_park(&self) {
         let idle = self.workers_idle.fetch_add(1, Ordering::AcqRel) + 1;
         let metrics = self.metrics.get_or_init(|| {
@@ -193,7 +243,7 @@ impl IdleSpin {
         });
         let Some(metrics) = metrics else { return };
         let workers = metrics.num_workers();
-        if idle < workers {
+        if idle < workers || !self.worth_spinning() {
             return;
         }
         let end = self.spin(|| {
@@ -259,6 +309,7 @@ impl IdleSpin {
             worker_woke: self.worker_woke.load(Ordering::Relaxed),
             window_passed: self.window_passed.load(Ordering::Relaxed),
             spun_us: self.spun_us.load(Ordering::Relaxed),
+            skipped_after_pings: self.skipped_after_pings.load(Ordering::Relaxed),
         }
     }
 }
@@ -325,5 +376,24 @@ mod tests {
         });
         assert_eq!((end, polls), (SpinEnd::WorkerWoke, 3));
         assert_eq!(spin.spin(|| Some(SpinEnd::Work)), SpinEnd::Work);
+    }
+
+    // Proves only a burst of heartbeats alone goes without a spin: any other
+    // request read with them, or no client at all (a timer, a peer), keeps it.
+    #[test]
+    fn only_heartbeats_alone_skip_the_spin() {
+        let spin = IdleSpin::new(Duration::from_millis(1)).expect("epoll");
+        spin.served(true);
+        spin.served(true);
+        assert!(!spin.worth_spinning());
+        assert_eq!(spin.counts().skipped_after_pings, 1);
+        // The marks were taken: the next burst decides afresh.
+        assert!(spin.worth_spinning());
+        spin.served(true);
+        spin.served(false);
+        assert!(spin.worth_spinning());
+        spin.served(false);
+        assert!(spin.worth_spinning());
+        assert_eq!(spin.counts().skipped_after_pings, 1);
     }
 }

@@ -198,6 +198,7 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
                 return;
             }
         };
+        crate::net::idle_spin::served(matches!(op, Op::Ping));
         if matches!(op, Op::Auth { .. }) {
             auth_attempts += 1;
             if auth_attempts > AUTH_ATTEMPTS_PER_CONNECTION_MAX {
