@@ -25,6 +25,21 @@ from collections import defaultdict
 env = os.environ.get
 OUT = os.environ["OUT"]
 PART = env("PART", "all")
+# A row that lost more of the CPU than this to the hypervisor measured the
+# neighbours as much as the server (compare.sh's threshold for measuring again).
+STEAL_MAX = float(env("STEAL_MAX_PERCENT", "5"))
+
+
+def stolen_from(result):
+    # Results from before rows recorded steal say nothing of it.
+    return result.get("steal_percent") or 0.0
+
+
+def in_median(runs):
+    """The results of one row that its median is taken over: those that lost
+    at most STEAL_MAX to the hypervisor, or all of them if none did."""
+    clean = [r for _, r in runs if stolen_from(r) <= STEAL_MAX]
+    return clean or [r for _, r in runs]
 
 
 class Part:
@@ -74,7 +89,12 @@ class Part:
         self.now = PART in ("all", name)
 
     def values(self, label, target, field):
-        return [r[field] for _, r in self.runs.get((label, target), []) if r.get(field) is not None]
+        kept = in_median(self.runs.get((label, target), []))
+        return [r[field] for r in kept if r.get(field) is not None]
+
+    def left_out(self):
+        """Results left out of their row's median for the CPU they lost."""
+        return sum(len(runs) - len(in_median(runs)) for runs in self.runs.values())
 
     def median(self, label, target, field):
         found = self.values(label, target, field)
@@ -831,16 +851,24 @@ def kept_steal(part):
             if r.get("steal_percent") is not None]
 
 
+def median_steal(part):
+    return [r["steal_percent"] for runs in part.runs.values() for r in in_median(runs)
+            if r.get("steal_percent") is not None]
+
+
 # Results from before rows recorded steal say nothing of it.
 stolen = [s for p in parts for s in kept_steal(p)]
 if stolen:
     w("")
     w("This machine is a virtual machine: load and listing rows record the share of the machine's")
     w("CPU ticks the hypervisor gave to another guest while they ran (`steal_percent`, from")
-    w(f"`/proc/stat`); a row that lost more than {env('STEAL_MAX_PERCENT', '5')} % was measured again, up to")
+    w(f"`/proc/stat`); a row that lost more than {STEAL_MAX:g} % was measured again, up to")
     w(f"{env('STEAL_RETRIES', '2')} more times, against either server, and the attempt that lost least kept.")
-    w(f"Rows measured again in this report: {sum(p.remeasured for p in parts)}; the most any kept row")
-    w(f"lost: {max(stolen):.1f} %.")
+    w(f"A kept row that still lost more than {STEAL_MAX:g} % is left out of its median when another round")
+    w("measured that row under it (the same rule for both servers): such a row measured the other guests")
+    w(f"as much as the server. Rows measured again in this report: {sum(p.remeasured for p in parts)};")
+    w(f"left out of their medians: {sum(p.left_out() for p in parts)}; the most any row kept lost:")
+    w(f"{max(stolen):.1f} %, the most any row in a median lost: {max(s for p in parts for s in median_steal(p)):.1f} %.")
 if scale and kept_steal(scale):
     w("In the scale part the timed rows on a filled tree start once the server has spent under")
     w(f"{env('SETTLE_IDLE_TICKS', '5')} % of a core for a second (waiting at most "
