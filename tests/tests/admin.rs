@@ -314,9 +314,7 @@ async fn idle_sessions_heartbeats_do_not_make_the_server_spin() {
     );
     // What still spins follows the server's own timers, not the pings.
     assert!(spins < pings / 2.0, "{spins} spins after {pings} pings");
-    for session in idle {
-        session.close().await.expect("closed");
-    }
+    drop(idle);
 }
 
 // Proves writes sent together on one connection are synced together: a
