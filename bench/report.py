@@ -846,13 +846,9 @@ if ensemble:
     w("plateau).")
 else:
     w("before the first measured workload of each target in each round, for the JVM's JIT.")
-def kept_steal(part):
-    return [r["steal_percent"] for runs in part.runs.values() for _, r in runs
-            if r.get("steal_percent") is not None]
-
-
-def median_steal(part):
-    return [r["steal_percent"] for runs in part.runs.values() for r in in_median(runs)
+def kept_steal(part, pick=lambda runs: [r for _, r in runs]):
+    """The steal of each result kept (or of those PICK takes from each row)."""
+    return [r["steal_percent"] for runs in part.runs.values() for r in pick(runs)
             if r.get("steal_percent") is not None]
 
 
@@ -868,7 +864,7 @@ if stolen:
     w("measured that row under it (the same rule for both servers): such a row measured the other guests")
     w(f"as much as the server. Rows measured again in this report: {sum(p.remeasured for p in parts)};")
     w(f"left out of their medians: {sum(p.left_out() for p in parts)}; the most any row kept lost:")
-    w(f"{max(stolen):.1f} %, the most any row in a median lost: {max(s for p in parts for s in median_steal(p)):.1f} %.")
+    w(f"{max(stolen):.1f} %, the most any row in a median lost: {max(s for p in parts for s in kept_steal(p, in_median)):.1f} %.")
 if scale and kept_steal(scale):
     w("In the scale part the timed rows on a filled tree start once the server has spent under")
     w(f"{env('SETTLE_IDLE_TICKS', '5')} % of a core for a second (waiting at most "
