@@ -138,6 +138,13 @@ SCALE_PARENTS=100
 # a znode after a warm-up, against 168–185 B with 100, which the 100 k and 1 M
 # trees give with either).
 SCALE_FILL_BATCH=100
+# scale: create runs of LOAD_COUNT on each filled tree per round, back to
+# back. One run lasts about half a second, and on this VM one run seconds
+# after another gave anywhere from 61 to 94 k creates a second on the same
+# 10 M tree; a longer run would grow the 10 k tree six-fold, while each run
+# removes its znodes again, so repeating keeps the size and averages the
+# hiccups.
+SCALE_CREATE_RUNS=${SCALE_CREATE_RUNS:-3}
 # scale: ZooKeeper's heap for the restart past SCALE_ZK_ZNODES_MAX. Its live
 # heap holds about 350 B a znode (10 M: 3.5 GB), G1 wants room beside it.
 SCALE_ZK_BIG_HEAP=${SCALE_ZK_BIG_HEAP:-8g}
@@ -700,8 +707,10 @@ scale_workloads() {
         pid=$(cat "$WORK/$target/pid")
         scale_run "$round" "$target" "znodes-$n" --keep memory --count "$n" --parents "$SCALE_PARENTS" --batch "$SCALE_FILL_BATCH" \
             --server-pid "$pid"
-        settle "$pid"
-        scale_run "$round" "$target" "create-$n" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
+        for _ in $(seq "$SCALE_CREATE_RUNS"); do
+            settle "$pid"
+            scale_run "$round" "$target" "create-$n" create --concurrency 64 --conns 8 --count "$LOAD_COUNT" --server-pid "$pid"
+        done
         scale_run "$round" "$target" "get-$n" get --concurrency 1 --conns 1 --count "$ONE_COUNT" --server-pid "$pid"
         start_fresh "$target"
         scale_run "$round" "$target" "recovery-$n" recovery --count "$n" --parents "$SCALE_PARENTS" \

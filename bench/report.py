@@ -326,6 +326,12 @@ def first_record(part, prefix):
                  for _, r in runs), {})
 
 
+def runs_per_round(part, label, target="arbor"):
+    """How many times LABEL ran against TARGET in a round (the most of any round)."""
+    rounds = [rnd for rnd, _ in part.runs.get((label, target), [])]
+    return max((rounds.count(rnd) for rnd in set(rounds)), default=0)
+
+
 def scale_table(part, size_name, title, prefix, field, unit):
     # A title may name the run's settings ({batch}), as the rows' records have them.
     title = title.format_map(defaultdict(lambda: "?", first_record(part, prefix)))
@@ -652,7 +658,14 @@ if scale:
     w(f"(`memory --keep --parents 100 --batch {batch}`: the RSS they add, created in multis of")
     w(f"{batch}, {in_flight} in flight; the fill pauses halfway until RSS settles, and the second half's")
     w("growth per znode leaves out the fixed costs of a load), then 50 000 creates at 64 in")
-    w("flight and 10 000 single gets run on top of them; the restart is `recovery` on another")
+    smallest = min(sizes(c, "create"), default=None)
+    create_runs = runs_per_round(c, f"create-{smallest}") if smallest is not None else 0
+    if create_runs > 1:
+        w(f"flight, {create_runs} runs back to back in each round (each removes its znodes again, so the")
+        w("tree is back at N for the next; the median is over every run of every round), and")
+        w("10 000 single gets run on top of them; the restart is `recovery` on another")
+    else:
+        w("flight and 10 000 single gets run on top of them; the restart is `recovery` on another")
     w("fresh server holding N znodes. ZooKeeper")
     w("runs only up to the sizes its `-Xmx1000m` heap holds (about 1 KB a znode); past them it")
     w("runs the restart alone, with the bigger heap (`-Xmx` in `SCALE_ZK_BIG_HEAP`, 8 GB by")
@@ -860,7 +873,7 @@ if stolen:
     w("CPU ticks the hypervisor gave to another guest while they ran (`steal_percent`, from")
     w(f"`/proc/stat`); a row that lost more than {STEAL_MAX:g} % was measured again, up to")
     w(f"{env('STEAL_RETRIES', '2')} more times, against either server, and the attempt that lost least kept.")
-    w(f"A kept row that still lost more than {STEAL_MAX:g} % is left out of its median when another round")
+    w(f"A kept row that still lost more than {STEAL_MAX:g} % is left out of its median when another run")
     w("measured that row under it (the same rule for both servers): such a row measured the other guests")
     w(f"as much as the server. Rows measured again in this report: {sum(p.remeasured for p in parts)};")
     w(f"left out of their medians: {sum(p.left_out() for p in parts)}; the most any row kept lost:")
