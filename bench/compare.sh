@@ -22,8 +22,9 @@
 #   10 M; ZooKeeper up to 1 M, as far as its 1000 MB heap holds them, and
 #   at 10 M the restart alone, on the bigger heap such a tree needs),
 #   children of one node, idle sessions, watches. SCALE_ROUNDS rounds
-#   (default ROUNDS): each size is a fresh server. A size this machine
-#   cannot run (too few open files) is recorded as not run, with why.
+#   (default ROUNDS): each size is a fresh server, its creates run
+#   SCALE_CREATE_RUNS times (default 3). A size this machine cannot run
+#   (too few open files) is recorded as not run, with why.
 # * zkport: ZooKeeper's protocol, spoken to arbord's ZooKeeper port
 #   (--zk-listen) and to Apache ZooKeeper, beside arbord's native port:
 #   creates and gets at 64 in flight, with arbor-bench's lean jute client
@@ -139,11 +140,11 @@ SCALE_PARENTS=100
 # trees give with either).
 SCALE_FILL_BATCH=100
 # scale: create runs of LOAD_COUNT on each filled tree per round, back to
-# back. One run lasts about half a second, and on this VM one run seconds
-# after another gave anywhere from 61 to 94 k creates a second on the same
-# 10 M tree; a longer run would grow the 10 k tree six-fold, while each run
-# removes its znodes again, so repeating keeps the size and averages the
-# hiccups.
+# back. One run lasts about half a second, and on this VM the 10 M tree gave
+# 61, 94 and 71 k creates a second in three rounds (e3098bc), and 62-88 k/s
+# in nine runs (337e9b0); a longer run would grow the 10 k tree six-fold,
+# while each run removes its znodes again, so repeating keeps the size and
+# averages the hiccups.
 SCALE_CREATE_RUNS=${SCALE_CREATE_RUNS:-3}
 # scale: ZooKeeper's heap for the restart past SCALE_ZK_ZNODES_MAX. Its live
 # heap holds about 350 B a znode (10 M: 3.5 GB), G1 wants room beside it.
