@@ -286,11 +286,16 @@ async fn submit(
     if inline {
         match shared.committer.try_commit_now(shared, proposal) {
             Ok(result) => {
+                // The commit may have woken other connections' writers with
+                // watch events (a lock's next waiter): let them write first,
+                // so whoever waits on the change hears of it before this
+                // answer, which only its own client waits on.
+                tokio::task::yield_now().await;
                 return Pending::Ready {
                     xid,
                     started,
                     result,
-                }
+                };
             }
             Err(back) => proposal = back,
         }
