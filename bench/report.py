@@ -660,12 +660,13 @@ if scale:
     w("growth per znode leaves out the fixed costs of a load), then 50 000 creates at 64 in")
     smallest = min(sizes(c, "create"), default=None)
     create_runs = runs_per_round(c, f"create-{smallest}") if smallest is not None else 0
+    gets = "10 000 single gets run on top of them; the restart is `recovery` on another"
     if create_runs > 1:
         w(f"flight, {create_runs} runs back to back in each round (each removes its znodes again, so the")
         w("tree is back at N for the next; the median is over every run of every round), and")
-        w("10 000 single gets run on top of them; the restart is `recovery` on another")
+        w(gets)
     else:
-        w("flight and 10 000 single gets run on top of them; the restart is `recovery` on another")
+        w(f"flight and {gets}")
     w("fresh server holding N znodes. ZooKeeper")
     w("runs only up to the sizes its `-Xmx1000m` heap holds (about 1 KB a znode); past them it")
     w("runs the restart alone, with the bigger heap (`-Xmx` in `SCALE_ZK_BIG_HEAP`, 8 GB by")
