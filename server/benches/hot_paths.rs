@@ -74,6 +74,32 @@ fn apply_create(bencher: Bencher, nodes: usize) {
     });
 }
 
+/// Applying a create and then its delete under a parent with `nodes`
+/// children: the tree stays at its size, as in the scale part's create runs.
+#[divan::bench(args = [1_000, 100_000])]
+fn apply_create_then_delete(bencher: Bencher, nodes: usize) {
+    let (mut state, mut zxid) = state_with(nodes);
+    bencher.bench_local(|| {
+        let path = format!("/bench/x{zxid}");
+        let created = TxnEntry {
+            zxid,
+            time_ms: 1_700_000_000_000,
+            txn: create(path.clone(), CreateMode::Persistent),
+        };
+        let deleted = TxnEntry {
+            zxid: zxid + 1,
+            time_ms: 1_700_000_000_000,
+            txn: Txn::Write {
+                session_id: SESSION,
+                op: MultiOp::Delete { path, version: -1 },
+            },
+        };
+        zxid += 2;
+        black_box(state.apply(&created));
+        black_box(state.apply(&deleted))
+    });
+}
+
 /// Applying a sequential ephemeral create: what every lock acquire does.
 #[divan::bench]
 fn apply_create_ephemeral_sequential(bencher: Bencher) {

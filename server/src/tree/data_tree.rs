@@ -184,6 +184,10 @@ enum ShadowAcl {
 /// The tree as the ops checked so far would leave it.
 struct Overlay<'a> {
     tree: &'a DataTree,
+    /// False for a lone op: no later op reads what it would record, and a
+    /// recorded path costs an allocation, a hash and a free on the serial
+    /// commit thread, for every plain write.
+    records: bool,
     changed: HashMap<String, Option<Shadow>, RandomState>,
     /// The lists of the creates checked so far that give one.
     pending: Vec<Vec<Acl>>,
@@ -212,14 +216,23 @@ enum NewAcl {
 }
 
 impl<'a> Overlay<'a> {
-    /// An overlay sized for `ops` ops. Each op records at most two nodes (a
-    /// create: the node and its parent), so a multi's map is sized once: one
-    /// of 1 000 creates grew it through eleven rehashes. 0: allocated on the
-    /// first record, as a single op that fails its check never needs.
-    fn new(tree: &'a DataTree, ops: usize) -> Self {
+    /// An overlay for a multi of `ops` ops. Each op records at most two
+    /// nodes (a create: the node and its parent), so the map is sized once:
+    /// one of 1 000 creates grew it through eleven rehashes.
+    fn for_multi(tree: &'a DataTree, ops: usize) -> Self {
+        Self::new(tree, true, 2 * ops)
+    }
+
+    /// An overlay for a single op, which records nothing.
+    fn for_one_op(tree: &'a DataTree) -> Self {
+        Self::new(tree, false, 0)
+    }
+
+    fn new(tree: &'a DataTree, records: bool, capacity: usize) -> Self {
         Self {
             tree,
-            changed: HashMap::with_capacity_and_hasher(2 * ops, Default::default()),
+            records,
+            changed: HashMap::with_capacity_and_hasher(capacity, Default::default()),
             pending: Vec::new(),
             ephemerals: 0,
             added: 0,
@@ -244,7 +257,9 @@ impl<'a> Overlay<'a> {
     }
 
     fn set(&mut self, path: &str, shadow: Option<Shadow>) {
-        self.changed.insert(path.to_owned(), shadow);
+        if self.records {
+            self.changed.insert(path.to_owned(), shadow);
+        }
     }
 
     fn acl(&self, shadow: &Shadow) -> &[Acl] {
@@ -413,7 +428,7 @@ impl DataTree {
         changes: &mut Vec<Change>,
     ) -> Vec<MultiOpOutcome> {
         let mut resolved = Vec::with_capacity(ops.len());
-        let mut overlay = Overlay::new(self, ops.len());
+        let mut overlay = Overlay::for_multi(self, ops.len());
         for (index, op) in ops.iter().enumerate() {
             match check_op(&mut overlay, op, who) {
                 Ok(checked) => resolved.push(checked),
@@ -452,7 +467,7 @@ impl DataTree {
         time_ms: u64,
         changes: &mut Vec<Change>,
     ) -> Result<OpResult, ErrorCode> {
-        let mut overlay = Overlay::new(self, 0);
+        let mut overlay = Overlay::for_one_op(self);
         let checked = check_op(&mut overlay, op, who)?;
         Ok(self.apply_checked(op, checked, who.session_id, zxid, time_ms, changes))
     }
