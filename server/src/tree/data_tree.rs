@@ -262,6 +262,30 @@ impl<'a> Overlay<'a> {
         }
     }
 
+    /// Records a new node: a fresh version, no children, and its ACL (a
+    /// list new to the tree is kept here until the multi is applied).
+    fn set_created(&mut self, path: &str, ephemeral: bool, acl: Option<&NewAcl>) {
+        if !self.records {
+            return;
+        }
+        let acl = match acl {
+            Some(NewAcl::Held(id)) => ShadowAcl::Stored(*id),
+            Some(NewAcl::New(list)) => {
+                self.pending.push(list.clone());
+                ShadowAcl::Pending(self.pending.len() - 1)
+            }
+            None => ShadowAcl::Stored(OPEN),
+        };
+        let shadow = Shadow {
+            version: 0,
+            ephemeral,
+            num_children: 0,
+            sequence: 0,
+            acl,
+        };
+        self.set(path, Some(shadow));
+    }
+
     fn acl(&self, shadow: &Shadow) -> &[Acl] {
         match shadow.acl {
             ShadowAcl::Stored(id) => self.tree.acls.get(id),
@@ -967,22 +991,7 @@ fn check_op(
             overlay.added += 1;
             parent.num_children += 1;
             overlay.set(parent_path, Some(parent));
-            let shadow_acl = match &acl {
-                Some(NewAcl::Held(id)) => ShadowAcl::Stored(*id),
-                Some(NewAcl::New(list)) => {
-                    overlay.pending.push(list.clone());
-                    ShadowAcl::Pending(overlay.pending.len() - 1)
-                }
-                None => ShadowAcl::Stored(OPEN),
-            };
-            let shadow = Shadow {
-                version: 0,
-                ephemeral: mode.is_ephemeral(),
-                num_children: 0,
-                sequence: 0,
-                acl: shadow_acl,
-            };
-            overlay.set(&created, Some(shadow));
+            overlay.set_created(&created, mode.is_ephemeral(), acl.as_ref());
             Ok(Checked {
                 created: Some(created),
                 acl,
