@@ -19,13 +19,9 @@ fn state_with(nodes: usize) -> (StateMachine, u64) {
     let mut state = StateMachine::new();
     let mut zxid = 1;
     let mut apply = |state: &mut StateMachine, txn: Txn| {
-        let entry = TxnEntry {
-            zxid,
-            time_ms: 1_700_000_000_000,
-            txn,
-        };
+        let applied = state.apply(&entry(zxid, txn));
         zxid += 1;
-        assert!(state.apply(&entry).result.is_ok());
+        assert!(applied.result.is_ok());
     };
     apply(
         &mut state,
@@ -48,6 +44,15 @@ fn state_with(nodes: usize) -> (StateMachine, u64) {
     (state, zxid)
 }
 
+/// A txn at `zxid`, at one fixed time.
+fn entry(zxid: u64, txn: Txn) -> TxnEntry {
+    TxnEntry {
+        zxid,
+        time_ms: 1_700_000_000_000,
+        txn,
+    }
+}
+
 fn create(path: String, mode: CreateMode) -> Txn {
     Txn::Write {
         session_id: SESSION,
@@ -64,13 +69,12 @@ fn create(path: String, mode: CreateMode) -> Txn {
 fn apply_create(bencher: Bencher, nodes: usize) {
     let (mut state, mut zxid) = state_with(nodes);
     bencher.bench_local(|| {
-        let entry = TxnEntry {
+        let created = entry(
             zxid,
-            time_ms: 1_700_000_000_000,
-            txn: create(format!("/bench/x{zxid}"), CreateMode::Persistent),
-        };
+            create(format!("/bench/x{zxid}"), CreateMode::Persistent),
+        );
         zxid += 1;
-        black_box(state.apply(&entry))
+        black_box(state.apply(&created))
     });
 }
 
@@ -81,19 +85,14 @@ fn apply_create_then_delete(bencher: Bencher, nodes: usize) {
     let (mut state, mut zxid) = state_with(nodes);
     bencher.bench_local(|| {
         let path = format!("/bench/x{zxid}");
-        let created = TxnEntry {
-            zxid,
-            time_ms: 1_700_000_000_000,
-            txn: create(path.clone(), CreateMode::Persistent),
-        };
-        let deleted = TxnEntry {
-            zxid: zxid + 1,
-            time_ms: 1_700_000_000_000,
-            txn: Txn::Write {
+        let created = entry(zxid, create(path.clone(), CreateMode::Persistent));
+        let deleted = entry(
+            zxid + 1,
+            Txn::Write {
                 session_id: SESSION,
                 op: MultiOp::Delete { path, version: -1 },
             },
-        };
+        );
         zxid += 2;
         black_box(state.apply(&created));
         black_box(state.apply(&deleted))
@@ -105,13 +104,12 @@ fn apply_create_then_delete(bencher: Bencher, nodes: usize) {
 fn apply_create_ephemeral_sequential(bencher: Bencher) {
     let (mut state, mut zxid) = state_with(0);
     bencher.bench_local(|| {
-        let entry = TxnEntry {
+        let created = entry(
             zxid,
-            time_ms: 1_700_000_000_000,
-            txn: create("/bench/lock-".to_owned(), CreateMode::EphemeralSequential),
-        };
+            create("/bench/lock-".to_owned(), CreateMode::EphemeralSequential),
+        );
         zxid += 1;
-        black_box(state.apply(&entry))
+        black_box(state.apply(&created))
     });
 }
 
@@ -120,10 +118,9 @@ fn apply_create_ephemeral_sequential(bencher: Bencher) {
 fn apply_set_data(bencher: Bencher, nodes: usize) {
     let (mut state, mut zxid) = state_with(nodes);
     bencher.bench_local(|| {
-        let entry = TxnEntry {
+        let set = entry(
             zxid,
-            time_ms: 1_700_000_000_000,
-            txn: Txn::Write {
+            Txn::Write {
                 session_id: SESSION,
                 op: MultiOp::SetData {
                     path: format!("/bench/n{}", zxid as usize % nodes),
@@ -131,9 +128,9 @@ fn apply_set_data(bencher: Bencher, nodes: usize) {
                     version: -1,
                 },
             },
-        };
+        );
         zxid += 1;
-        black_box(state.apply(&entry))
+        black_box(state.apply(&set))
     });
 }
 
