@@ -69,6 +69,7 @@ OUT=${OUT:-$ROOT/BENCHMARKS.md}
 WORK=$ROOT/target/bench-compare
 ARBOR_PORT=${ARBOR_PORT:-7581}
 ARBOR_ZK_PORT=${ARBOR_ZK_PORT:-2571}   # arbord's ZooKeeper port
+ARBOR_ADMIN_PORT=${ARBOR_ADMIN_PORT:-7582}  # arbord's admin port: /metrics
 ZK_PORT=${ZK_PORT:-2581}
 # Ensemble member i (1-3) listens on each base port + i - 1.
 ENS_ARBOR_PORT=${ENS_ARBOR_PORT:-7681}          # clients
@@ -388,7 +389,7 @@ write_scripts() {
 #!/bin/sh
 # ARBOR_MAX_CONNECTIONS from the environment: the scale part's many sessions.
 max=\${ARBOR_MAX_CONNECTIONS:-$ARBOR_MAX_CONNECTIONS}
-exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --zk-listen 127.0.0.1:$ARBOR_ZK_PORT --max-connections \$max --max-connections-per-ip \$max </dev/null >>"$dir/server.log" 2>&1
+exec "$ARBORD" --data-dir "$dir/data" --listen 127.0.0.1:$ARBOR_PORT --zk-listen 127.0.0.1:$ARBOR_ZK_PORT --admin-listen 127.0.0.1:$ARBOR_ADMIN_PORT --max-connections \$max --max-connections-per-ip \$max </dev/null >>"$dir/server.log" 2>&1
 EOF
     # maxClientCnxns=0: no per-address connection limit (Debian's zoo.cfg
     # sets 60; every benchmark connection comes from 127.0.0.1, idle-memory's
@@ -493,13 +494,17 @@ quiet_both() { quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"; 
 
 # pair ROUND LABEL CPU ARGS...: one workload against both servers, both up,
 # one right after the other in the round's order ($PAIR_ORDER), each once
-# both servers are quiet. CPU=cpu adds the measured server's --server-pid.
+# both servers are quiet. CPU=cpu adds the measured server's --server-pid,
+# and for Arbor its admin port, whose metrics say what the log's syncs did.
 pair() {
     local round=$1 label=$2 cpu=$3 target
     shift 3
     for target in $PAIR_ORDER; do
         quiet_both
-        if [ "$cpu" = cpu ]; then
+        if [ "$cpu" = cpu ] && [ "$target" = arbor ]; then
+            run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/$target/pid")" \
+                --admin "127.0.0.1:$ARBOR_ADMIN_PORT"
+        elif [ "$cpu" = cpu ]; then
             run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/$target/pid")"
         else
             run "$round" "$target" "$label" "$@"
@@ -1043,7 +1048,7 @@ ENS_ZK_SERVERS=$(ens_servers zookeeper)
 # report.py says which parts this run measured: none, when only reporting.
 if [ "$REPORT_ONLY" = 1 ]; then PART=none; fi
 export RESULTS ENSEMBLE SCALE ZKPORT RECIPES OUT ROUNDS QUICK PART ZK_VERSION ARBOR_VERSION COMMIT CPU_MODEL MEM_GIB FS_TYPE RUSTC JAVA
-export ARBOR_PORT ARBOR_ZK_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
+export ARBOR_PORT ARBOR_ZK_PORT ARBOR_ADMIN_PORT ARBOR_MAX_CONNECTIONS ZK_PORT ENS_ARBOR_PORT ENS_ARBOR_PEER_PORT ENS_ZK_PORT ENS_ZK_QUORUM_PORT ENS_ZK_ELECTION_PORT
 export ENS_ARBOR_SERVERS ENS_ZK_SERVERS
 export ENS_WARM_UPS STEAL_MAX_PERCENT STEAL_RETRIES SETTLE_IDLE_TICKS SETTLE_MAX_SECS QUIET_TICKS QUIET_WINDOW_SECS QUIET_MAX_SECS
 python3 "$ROOT/bench/report.py"

@@ -131,6 +131,8 @@ def fmt(value, unit=""):
         return f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:.0f} ms"
     if unit == "cpu":
         return f"{value:.1f} µs"
+    if unit == "%":
+        return f"{value:.0f} %"
     if unit == "B":
         return f"{value / 1024:.1f} KiB" if abs(value) >= 10_240 else f"{value:.0f} B"
     return f"{value:.3g}"
@@ -177,6 +179,16 @@ INFO = [
     ("server CPU per op, create 1 in flight", "create-1", "server_cpu_us_per_op", "cpu"),
     ("arbor-bench CPU per op, get 64 in flight", "get-64", "bench_cpu_us_per_op", "cpu"),
     ("arbor-bench CPU per op, set 64 in flight", "set-64", "bench_cpu_us_per_op", "cpu"),
+    # Arbor's write-ahead log over the same runs (its admin port's metrics):
+    # the write rows follow its syncs, which ZooKeeper's figures do not show.
+    ("Arbor's log, set 64 in flight: writes per sync", "set-64", "writes_per_log_sync", ""),
+    ("Arbor's log, set 64 in flight: sync mean", "set-64", "log_sync_mean_us", "us"),
+    ("Arbor's log, set 64 in flight: share of the run spent syncing", "set-64", "log_syncing_percent", "%"),
+    ("Arbor's log, delete 64 in flight: writes per sync", "delete-64", "writes_per_log_sync", ""),
+    ("Arbor's log, delete 64 in flight: sync mean", "delete-64", "log_sync_mean_us", "us"),
+    ("Arbor's log, delete 64 in flight: share of the run spent syncing", "delete-64", "log_syncing_percent",
+     "%"),
+    ("Arbor's log, create 64 in flight: writes per sync", "create-64", "writes_per_log_sync", ""),
     ("get, 1 in flight: p99", "get-1", "p99_us", "us"),
     ("create, 1 in flight: p50", "create-1", "p50_us", "us"),
     ("lock: acquire p50", "lock", "acquire_p50_us", "us"),
@@ -610,7 +622,9 @@ if standalone:
     w("")
     w("## Every run")
     w("")
-    every_run_table(s, [(label, field, unit) for _row, label, field, unit, _goal, _bound in TARGETS])
+    every_run_table(s, [(label, field, unit) for _row, label, field, unit, _goal, _bound in TARGETS] +
+                    [(label, field, unit) for label in ("set-64", "delete-64")
+                     for field, unit in (("writes_per_log_sync", ""), ("log_sync_mean_us", "us"))])
 
 if ensemble:
     e = ensemble
@@ -787,6 +801,7 @@ if standalone:
     max_conns = env("ARBOR_MAX_CONNECTIONS", "4096")
     w(f"arbord --data-dir DIR --listen 127.0.0.1:{env('ARBOR_PORT', '7581')} "
       f"--zk-listen 127.0.0.1:{env('ARBOR_ZK_PORT', '2571')} "
+      f"--admin-listen 127.0.0.1:{env('ARBOR_ADMIN_PORT', '7582')} "
       f"--max-connections {max_conns} --max-connections-per-ip {max_conns}   # fsync always, tick 2000")
     w(f"{zk_java} ... ZooKeeperServerMain zoo.cfg   # tickTime=2000 forceSync=yes maxClientCnxns=0")
     commands(standalone, "")

@@ -7,7 +7,9 @@
 //! Layout: `target/` puts both systems behind one `Session` type (plus the
 //! ZooKeeper lock, semaphore and queue recipes), `workload/` holds one
 //! module per subcommand, `stats.rs` the percentiles and the JSON line,
-//! `proxy.rs` the blackholing proxy of `expiry`.
+//! `proxy.rs` the blackholing proxy of `expiry`, `cpu.rs` and
+//! `log_metrics.rs` what a run cost the server: CPU time, and (Arbor) the
+//! write-ahead log's syncs.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 mod cpu;
 mod fd_limit;
+mod log_metrics;
 mod proxy;
 mod stats;
 mod target;

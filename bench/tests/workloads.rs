@@ -143,6 +143,60 @@ fn load_reports_cpu_per_op_of_server_and_load_generator() {
     assert!(without.get("server_cpu_us_per_op").is_none(), "{without}");
 }
 
+// Proves a write row with --admin says what the server's log did: every
+// set was made durable by one of the syncs counted, and those syncs took
+// time; a read-only row counts none. Asking ZooKeeper for it is refused.
+#[test]
+fn load_reports_the_logs_syncs_from_the_admin_port() {
+    let server = TestServer::start();
+    let sets = 3000.0;
+    let report = bench(&[
+        "--server",
+        server.addr(),
+        "set",
+        "--count",
+        "3000",
+        "--keys",
+        "50",
+        "--admin",
+        server.admin_addr(),
+    ]);
+    let figure = |key: &str| report[key].as_f64().unwrap_or(-1.0);
+    let syncs = figure("log_syncs");
+    assert!((1.0..=sets).contains(&syncs), "{report}");
+    // The key space's creates before the timed window are not counted.
+    let per_sync = figure("writes_per_log_sync");
+    assert!(
+        (per_sync * syncs - sets).abs() < 1.0,
+        "every set, and nothing else, went through a counted sync: {report}"
+    );
+    assert!(figure("log_sync_mean_us") > 0.0, "{report}");
+    assert!(
+        (0.0..=100.0).contains(&figure("log_syncing_percent")),
+        "{report}"
+    );
+
+    let reads = bench(&[
+        "--server",
+        server.addr(),
+        "get",
+        "--count",
+        "500",
+        "--admin",
+        server.admin_addr(),
+    ]);
+    assert_eq!(reads["log_syncs"], 0, "{reads}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args(["--target", "zookeeper", "--server", server.zk_addr()])
+        .args(["set", "--count", "10", "--admin", server.admin_addr()])
+        .output()
+        .expect("arbor-bench runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("measures Arbor only"), "{stderr}");
+}
+
 // Proves --secs alone bounds a run by time (no --count needed).
 #[test]
 fn secs_limits_a_run() {

@@ -12,8 +12,9 @@ use anyhow::{anyhow, Result};
 
 use super::{close_all, create_keys, fresh_root, pipelined, remove_all, Env, Limit, Op, Plan};
 use crate::cpu::CpuMark;
-use crate::stats::{Report, Summary};
-use crate::target::{ConnectOptions, MAX_IN_FLIGHT_PER_SESSION};
+use crate::log_metrics::LogMark;
+use crate::stats::{round3, Report, Summary};
+use crate::target::{ConnectOptions, Kind as TargetKind, MAX_IN_FLIGHT_PER_SESSION};
 
 /// Ops run when neither --count nor --secs is given.
 const DEFAULT_COUNT: u64 = 50_000;
@@ -43,6 +44,11 @@ pub struct LoadArgs {
     /// report, with the load generator's own.
     #[arg(long, value_delimiter = ',')]
     pub server_pid: Vec<u32>,
+    /// Arbor only: the server's admin port (`host:port`), whose `/metrics`
+    /// say how many log syncs the run took, how many writes each made
+    /// durable and how long each took.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
 }
 
 /// Which single-op workload.
@@ -96,6 +102,11 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
         Some(secs) => return Err(anyhow!("--secs must be positive, got {secs}")),
         None => None,
     };
+    if args.admin.is_some() && env.kind != TargetKind::Arbor {
+        return Err(anyhow!(
+            "--admin reads an Arbor server's metrics; it measures Arbor only"
+        ));
+    }
     let name = workload.name();
     let root = fresh_root(name);
     let data = vec![b'x'; args.size];
@@ -135,9 +146,11 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
         data,
     });
     let limit = Limit { count, duration };
+    let log_before = read_log(args.admin.as_deref()).await?;
     let cpu_before = CpuMark::now(&args.server_pid)?;
     let mut run = pipelined(&sessions, args.concurrency, limit, plan.clone()).await?;
     let cpu_after = CpuMark::now(&args.server_pid)?;
+    let log_after = read_log(args.admin.as_deref()).await?;
 
     if !env.keep {
         eprintln!("arbor-bench: {name}: cleaning up");
@@ -168,8 +181,24 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
     }
     report.field("bench_cpu_us_per_op", bench_cpu);
     report.field("steal_percent", cpu_before.steal_percent_since(&cpu_after));
+    if let (Some(before), Some(after)) = (log_before, log_after) {
+        let log = before.since(&after, run.elapsed);
+        report
+            .field("log_syncs", log.syncs)
+            .field("writes_per_log_sync", round3(log.writes_per_sync))
+            .field("log_sync_mean_us", round3(log.sync_mean_us))
+            .field("log_syncing_percent", round3(log.syncing_percent));
+    }
     if workload == Kind::Mixed {
         report.field("set_percent", super::MIXED_SET_PERCENT);
     }
     Ok(report)
+}
+
+/// The log's counters, when an admin port was given.
+async fn read_log(admin: Option<&str>) -> Result<Option<LogMark>> {
+    match admin {
+        Some(admin) => Ok(Some(LogMark::read(admin).await?)),
+        None => Ok(None),
+    }
 }
