@@ -16,9 +16,11 @@ const METRICS_BYTES_MAX: u64 = 1024 * 1024;
 /// Longest wait for the admin port's answer.
 const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The series read, all counters that only grow.
+/// The series read, all counters that only grow. The batch histogram's
+/// count is not read: the server records a batch's size and its sync time
+/// one after the other, so a read between the two could see them differ by
+/// one, which is noise here but no reason to fail a run.
 const BATCH_TXNS_SUM: &str = "arbor_commit_batch_txns_sum";
-const BATCH_COUNT: &str = "arbor_commit_batch_txns_count";
 const SYNC_SECONDS_SUM: &str = "arbor_log_sync_duration_seconds_sum";
 const SYNC_COUNT: &str = "arbor_log_sync_duration_seconds_count";
 
@@ -64,15 +66,9 @@ impl LogMark {
                 .parse::<f64>()
                 .with_context(|| format!("parsing {name}"))
         };
-        let batches = value(BATCH_COUNT)?;
-        let syncs = value(SYNC_COUNT)?;
-        if batches != syncs {
-            // Both are recorded together, once per sync.
-            return Err(anyhow!("{batches} batches against {syncs} syncs"));
-        }
         Ok(LogMark {
             txns: value(BATCH_TXNS_SUM)?,
-            syncs,
+            syncs: value(SYNC_COUNT)?,
             sync_seconds: value(SYNC_SECONDS_SUM)?,
         })
     }
@@ -130,7 +126,7 @@ mod tests {
             "# TYPE arbor_commit_batch_txns histogram\n\
              arbor_commit_batch_txns_bucket{{le=\"1\"}} 3\n\
              {BATCH_TXNS_SUM} {txns}\n\
-             {BATCH_COUNT} {syncs}\n\
+             arbor_commit_batch_txns_count {syncs}\n\
              arbor_log_sync_duration_seconds_bucket{{le=\"0.001\"}} 1\n\
              {SYNC_SECONDS_SUM} {seconds}\n\
              {SYNC_COUNT} {syncs}\n"
@@ -161,6 +157,6 @@ mod tests {
     #[test]
     fn a_page_without_the_series_is_an_error() {
         let err = LogMark::parse("arbor_znodes 1\n").expect_err("no log series");
-        assert!(err.to_string().contains(BATCH_COUNT), "{err}");
+        assert!(err.to_string().contains(BATCH_TXNS_SUM), "{err}");
     }
 }
