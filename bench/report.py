@@ -169,6 +169,13 @@ TARGETS = [
     ("recovery (restart after kill -9)", "recovery", "recovery_ms", "ms", "max", 0.5),
 ]
 
+# (name, field, unit) of what arbor-bench --admin reports of Arbor's log.
+LOG_FIGURES = [
+    ("writes per sync", "writes_per_log_sync", ""),
+    ("sync mean", "log_sync_mean_us", "us"),
+    ("share of the run spent syncing", "log_syncing_percent", "%"),
+]
+
 INFO = [
     ("set, 64 in flight, 1 conn: throughput", "set-64-1conn", "ops_per_s", "ops/s"),
     ("set, 64 in flight, 1 conn: p99", "set-64-1conn", "p99_us", "us"),
@@ -179,15 +186,12 @@ INFO = [
     ("server CPU per op, create 1 in flight", "create-1", "server_cpu_us_per_op", "cpu"),
     ("arbor-bench CPU per op, get 64 in flight", "get-64", "bench_cpu_us_per_op", "cpu"),
     ("arbor-bench CPU per op, set 64 in flight", "set-64", "bench_cpu_us_per_op", "cpu"),
+] + [
     # Arbor's write-ahead log over the same runs (its admin port's metrics):
     # the write rows follow its syncs, which ZooKeeper's figures do not show.
-    ("Arbor's log, set 64 in flight: writes per sync", "set-64", "writes_per_log_sync", ""),
-    ("Arbor's log, set 64 in flight: sync mean", "set-64", "log_sync_mean_us", "us"),
-    ("Arbor's log, set 64 in flight: share of the run spent syncing", "set-64", "log_syncing_percent", "%"),
-    ("Arbor's log, delete 64 in flight: writes per sync", "delete-64", "writes_per_log_sync", ""),
-    ("Arbor's log, delete 64 in flight: sync mean", "delete-64", "log_sync_mean_us", "us"),
-    ("Arbor's log, delete 64 in flight: share of the run spent syncing", "delete-64", "log_syncing_percent",
-     "%"),
+    (f"Arbor's log, {workload} 64 in flight: {name}", f"{workload}-64", field, unit)
+    for workload in ("set", "delete") for name, field, unit in LOG_FIGURES
+] + [
     ("Arbor's log, create 64 in flight: writes per sync", "create-64", "writes_per_log_sync", ""),
     ("get, 1 in flight: p99", "get-1", "p99_us", "us"),
     ("create, 1 in flight: p50", "create-1", "p50_us", "us"),
@@ -624,7 +628,7 @@ if standalone:
     w("")
     every_run_table(s, [(label, field, unit) for _row, label, field, unit, _goal, _bound in TARGETS] +
                     [(label, field, unit) for label in ("set-64", "delete-64")
-                     for field, unit in (("writes_per_log_sync", ""), ("log_sync_mean_us", "us"))])
+                     for _name, field, unit in LOG_FIGURES[:2]])
 
 if ensemble:
     e = ensemble
