@@ -166,6 +166,10 @@ impl Default for DataTree {
 /// ops of a multi.
 #[derive(Debug, Clone, Copy)]
 struct Shadow {
+    /// The node's id in the tree; `None` for a node an earlier op of the
+    /// multi creates. A node an earlier op deletes has no shadow at all, so
+    /// an id here still names this path when the op is applied.
+    id: Option<NodeId>,
     version: i32,
     ephemeral: bool,
     num_children: u32,
@@ -204,6 +208,11 @@ struct Checked {
     created: Option<String>,
     /// A create's ACL; `None` for the open one.
     acl: Option<NewAcl>,
+    /// The id of the node a set or delete changes, or a create adds under,
+    /// as the check found it: apply uses it instead of looking the path up
+    /// again on the serial commit thread. `None` if the node is one an
+    /// earlier op of the multi creates.
+    node: Option<NodeId>,
 }
 
 /// The ACL a create gives its node.
@@ -246,6 +255,7 @@ impl<'a> Overlay<'a> {
                 let id = self.tree.nodes.id(path)?;
                 let node = self.tree.nodes.node(id)?;
                 Some(Shadow {
+                    id: Some(id),
                     version: node.version,
                     ephemeral: node.is_ephemeral(),
                     num_children: node.num_children,
@@ -277,6 +287,7 @@ impl<'a> Overlay<'a> {
             None => ShadowAcl::Stored(OPEN),
         };
         let shadow = Shadow {
+            id: None,
             version: 0,
             ephemeral,
             num_children: 0,
@@ -552,18 +563,23 @@ impl DataTree {
                     Some(NewAcl::New(list)) => Arc::make_mut(&mut self.acls).acquire(list),
                     None => OPEN,
                 };
-                let stat = self.insert(&path, data, *mode, owner, acl, zxid, time_ms, changes);
+                let parent_path = path::parent(&path).expect("created paths have a parent");
+                let parent_id = self.checked_id(checked.node, parent_path);
+                let stat = self.insert(
+                    &path, parent_id, data, *mode, owner, acl, zxid, time_ms, changes,
+                );
                 OpResult::Created { path, stat }
             }
             MultiOp::Delete { path, .. } => {
-                self.remove(path, zxid, changes);
+                let id = self.checked_id(checked.node, path);
+                self.remove_node(id, path, zxid, changes);
                 OpResult::Deleted
             }
             MultiOp::SetData { path, data, .. } => {
+                let id = self.checked_id(checked.node, path);
                 let node = self
                     .nodes
-                    .id(path)
-                    .and_then(|id| self.nodes.node_mut(id))
+                    .node_mut(id)
                     .expect("check_op verified the node exists");
                 self.data_bytes =
                     self.data_bytes.saturating_sub(node.data().len() as u64) + data.len() as u64;
@@ -577,10 +593,23 @@ impl DataTree {
         }
     }
 
+    /// The id of the node at `path`, which check_op found: the id it
+    /// handed on, or (for a node an earlier op of the multi made) the one
+    /// the index holds now.
+    fn checked_id(&self, found: Option<NodeId>, path: &str) -> NodeId {
+        let id = found.or_else(|| self.nodes.id(path));
+        debug_assert!(
+            id.is_some_and(|id| self.nodes.is_at(id, path)),
+            "check_op verified {path} exists"
+        );
+        id.expect("check_op verified the node exists")
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn insert(
         &mut self,
         path: &str,
+        parent_id: NodeId,
         data: &[u8],
         mode: CreateMode,
         owner: SessionId,
@@ -590,10 +619,6 @@ impl DataTree {
         changes: &mut Vec<Change>,
     ) -> Stat {
         let parent_path = path::parent(path).expect("created paths have a parent");
-        let parent_id = self
-            .nodes
-            .id(parent_path)
-            .expect("check_op verified the parent exists");
         let parent = self
             .nodes
             .node_mut(parent_id)
@@ -621,7 +646,21 @@ impl DataTree {
 
     /// Removes a childless node. Returns false if there was nothing to remove.
     fn remove(&mut self, path: &str, zxid: Zxid, changes: &mut Vec<Change>) -> bool {
-        let Some((id, node)) = self.nodes.remove(path) else {
+        match self.nodes.id(path) {
+            Some(id) => self.remove_node(id, path, zxid, changes),
+            None => false,
+        }
+    }
+
+    /// Removes the childless node `id`, which is at `path`.
+    fn remove_node(
+        &mut self,
+        id: NodeId,
+        path: &str,
+        zxid: Zxid,
+        changes: &mut Vec<Change>,
+    ) -> bool {
+        let Some(node) = self.nodes.remove(id) else {
             return false;
         };
         debug_assert!(
@@ -696,14 +735,15 @@ impl DataTree {
         zxid: Zxid,
         changes: &mut Vec<Change>,
     ) -> Result<(), ErrorCode> {
-        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        let id = self.nodes.id(path).ok_or(ErrorCode::NoNode)?;
+        let node = self.nodes.node(id).ok_or(ErrorCode::NoNode)?;
         if node.kind() != NodeKind::Container {
             return Err(ErrorCode::BadArguments);
         }
         if node.num_children > 0 || node.cversion == 0 {
             return Err(ErrorCode::NotEmpty);
         }
-        self.remove(path, zxid, changes);
+        self.remove_node(id, path, zxid, changes);
         Ok(())
     }
 
@@ -715,7 +755,8 @@ impl DataTree {
         time_ms: u64,
         changes: &mut Vec<Change>,
     ) -> Result<(), ErrorCode> {
-        let node = self.nodes.get(path).ok_or(ErrorCode::NoNode)?;
+        let id = self.nodes.id(path).ok_or(ErrorCode::NoNode)?;
+        let node = self.nodes.node(id).ok_or(ErrorCode::NoNode)?;
         let NodeKind::Ttl { ttl_ms } = node.kind() else {
             return Err(ErrorCode::BadArguments);
         };
@@ -725,7 +766,7 @@ impl DataTree {
         if !ttl_elapsed(node, ttl_ms, time_ms) {
             return Err(ErrorCode::BadVersion);
         }
-        self.remove(path, zxid, changes);
+        self.remove_node(id, path, zxid, changes);
         Ok(())
     }
 
@@ -995,6 +1036,7 @@ fn check_op(
             Ok(Checked {
                 created: Some(created),
                 acl,
+                node: parent.id,
             })
         }
         MultiOp::Delete { path, version } => {
@@ -1012,7 +1054,10 @@ fn check_op(
             overlay.set(parent_path, Some(parent));
             overlay.set(path, None);
             overlay.added -= 1;
-            Ok(Checked::default())
+            Ok(Checked {
+                node: node.id,
+                ..Checked::default()
+            })
         }
         MultiOp::SetData { path, version, .. } => {
             let mut node = overlay.get(path).ok_or(ErrorCode::NoNode)?;
@@ -1022,7 +1067,10 @@ fn check_op(
             }
             node.version = node.version.wrapping_add(1);
             overlay.set(path, Some(node));
-            Ok(Checked::default())
+            Ok(Checked {
+                node: node.id,
+                ..Checked::default()
+            })
         }
     }
 }
@@ -1291,6 +1339,63 @@ mod tests {
         );
         assert!(tree.node("/p/c").is_none());
         assert_eq!(tree.node("/p").expect("exists").cversion, 2);
+    }
+
+    /// Apply reuses the ids check_op found; a multi that frees a slot and
+    /// fills it again, or deletes a path and creates it anew, must still
+    /// change the nodes its ops name.
+    #[test]
+    fn multi_ops_change_the_nodes_they_name_when_slots_are_reused() {
+        let mut tree = DataTree::new();
+        for path in ["/q", "/s", "/a", "/p"] {
+            create(&mut tree, path, CreateMode::Persistent, 1).expect("created");
+        }
+        let set = |path: &str, data: &[u8], version| MultiOp::SetData {
+            path: path.into(),
+            data: data.to_vec(),
+            version,
+        };
+        let create_op = |path: &str| MultiOp::Create {
+            path: path.into(),
+            data: b"new".to_vec(),
+            mode: CreateMode::Persistent,
+        };
+        let delete = |path: &str| MultiOp::Delete {
+            path: path.into(),
+            version: -1,
+        };
+        // Slots are taken again last-freed first: the new /a takes /q's
+        // slot and /r takes the old /a's.
+        let ops = vec![
+            delete("/a"),
+            delete("/q"),
+            create_op("/a"),
+            create_op("/r"),
+            set("/s", b"s1", 0),
+            set("/a", b"a1", 0),
+            set("/r", b"r1", 0),
+            create_op("/p/c"),
+            delete("/s"),
+            create_op("/s"),
+            create_op("/s/t"),
+        ];
+        let outcomes = tree.write_multi(anybody(7, true), &ops, 2, T, &mut Vec::new());
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, MultiOpOutcome::Applied(_))),
+            "{outcomes:?}"
+        );
+        assert!(tree.node("/q").is_none());
+        let data = |path: &str| tree.node(path).map(|n| (n.data().to_vec(), n.version));
+        assert_eq!(data("/r"), Some((b"r1".to_vec(), 1)));
+        assert_eq!(data("/a"), Some((b"a1".to_vec(), 1)));
+        assert_eq!(data("/s"), Some((b"new".to_vec(), 0)));
+        assert_eq!(data("/s/t"), Some((b"new".to_vec(), 0)));
+        assert_eq!(tree.node("/s").map(|n| n.num_children), Some(1));
+        assert_eq!(tree.node("/p").map(|n| n.num_children), Some(1));
+        assert_eq!(tree.node("/").map(|n| n.num_children), Some(4));
+        assert_eq!(tree.len(), 7, "/, /r, /s, /s/t, /a, /p, /p/c");
     }
 
     #[test]

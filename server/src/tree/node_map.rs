@@ -274,18 +274,25 @@ impl NodeMap {
         id
     }
 
-    /// Removes the node at `path`: its id, and the node.
-    pub fn remove(&mut self, path: &str) -> Option<(NodeId, NodeRef)> {
-        let low = Self::low(self.hash(path));
-        let Self { slab, index, .. } = self;
-        let entry = index[Self::shard(low)]
-            .find_entry(Self::table_hash(low), |&id| slab.is_at(id, path))
+    /// Whether `id` is the node at `path` (for checks that an id handed
+    /// along still names the node it was found for).
+    pub fn is_at(&self, id: NodeId, path: &str) -> bool {
+        self.slab.is_at(id, path)
+    }
+
+    /// Removes the node `id`, found by an earlier lookup: its index entry is
+    /// found by the hash the node keeps, so the path is neither hashed nor
+    /// walked again.
+    pub fn remove(&mut self, id: NodeId) -> Option<NodeRef> {
+        let low = self.slab.get(id)?.path_hash();
+        let entry = self.index[Self::shard(low)]
+            .find_entry(Self::table_hash(low), |&other| other == id)
             .ok()?;
-        let (id, _) = entry.remove();
+        entry.remove();
         let node = self.slab.take(id)?;
         self.free.push(id);
         self.len -= 1;
-        Some((id, node))
+        Some(node)
     }
 
     pub fn len(&self) -> usize {
@@ -479,8 +486,10 @@ mod tests {
         for missing in ["/c", "/a/a", "/b/b", "a", "/a/", "//a", "/a/b/a/b", ""] {
             assert_eq!(map.id(missing), None, "{missing:?}");
         }
-        assert_eq!(map.remove("/a/b/a").map(|(id, _)| id), Some(aab));
+        assert!(map.is_at(aab, "/a/b/a") && !map.is_at(aab, "/b/a/a"));
+        assert_eq!(map.remove(aab).map(|n| n.version), Some(5));
         assert_eq!((map.id("/a/b/a"), map.len()), (None, 5));
+        assert!(map.remove(aab).is_none(), "gone already");
         let again = map.insert("/b/a/c", ba, node("c", 6));
         assert_eq!(again, aab, "the freed slot is taken again");
         assert_eq!(map.get("/b/a/c").map(|n| n.version), Some(6));
@@ -495,7 +504,8 @@ mod tests {
         let view = map.slab().clone();
         let n7 = map.id("/n7").expect("exists");
         map.node_mut(n7).expect("exists").version = 9;
-        let (n8, _) = map.remove("/n8").expect("exists");
+        let n8 = map.id("/n8").expect("exists");
+        map.remove(n8).expect("exists");
         let new = map.insert("/new", root, node("new", 1));
         assert_eq!(new, n8, "reused in the map, not in the view");
         assert_eq!(view.get(n7).map(|n| n.version), Some(0));
