@@ -1121,6 +1121,17 @@ mod tests {
         }
     }
 
+    /// Runs `ops` as one multi at zxid 2, which must apply every op.
+    fn apply_all(tree: &mut DataTree, ops: &[MultiOp]) {
+        let outcomes = tree.write_multi(anybody(7, true), ops, 2, T, &mut Vec::new());
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, MultiOpOutcome::Applied(_))),
+            "{outcomes:?}"
+        );
+    }
+
     /// What a view holds, as `from_nodes` takes it.
     fn entries(view: &TreeView) -> Vec<(String, Node, u64)> {
         view.iter()
@@ -1330,13 +1341,7 @@ mod tests {
                 version: 1,
             },
         ];
-        let outcomes = tree.write_multi(anybody(7, true), &ops, 2, T, &mut Vec::new());
-        assert!(
-            outcomes
-                .iter()
-                .all(|o| matches!(o, MultiOpOutcome::Applied(_))),
-            "{outcomes:?}"
-        );
+        apply_all(&mut tree, &ops);
         assert!(tree.node("/p/c").is_none());
         assert_eq!(tree.node("/p").expect("exists").cversion, 2);
     }
@@ -1379,13 +1384,7 @@ mod tests {
             create_op("/s"),
             create_op("/s/t"),
         ];
-        let outcomes = tree.write_multi(anybody(7, true), &ops, 2, T, &mut Vec::new());
-        assert!(
-            outcomes
-                .iter()
-                .all(|o| matches!(o, MultiOpOutcome::Applied(_))),
-            "{outcomes:?}"
-        );
+        apply_all(&mut tree, &ops);
         assert!(tree.node("/q").is_none());
         let data = |path: &str| tree.node(path).map(|n| (n.data().to_vec(), n.version));
         assert_eq!(data("/r"), Some((b"r1".to_vec(), 1)));
