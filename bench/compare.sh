@@ -497,18 +497,18 @@ quiet_both() { quiet "$(cat "$WORK/arbor/pid")" "$(cat "$WORK/zookeeper/pid")"; 
 # both servers are quiet. CPU=cpu adds the measured server's --server-pid,
 # and for Arbor its admin port, whose metrics say what the log's syncs did.
 pair() {
-    local round=$1 label=$2 cpu=$3 target
+    local round=$1 label=$2 cpu=$3 target measured
     shift 3
     for target in $PAIR_ORDER; do
         quiet_both
-        if [ "$cpu" = cpu ] && [ "$target" = arbor ]; then
-            run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/$target/pid")" \
-                --admin "127.0.0.1:$ARBOR_ADMIN_PORT"
-        elif [ "$cpu" = cpu ]; then
-            run "$round" "$target" "$label" "$@" --server-pid "$(cat "$WORK/$target/pid")"
-        else
-            run "$round" "$target" "$label" "$@"
+        measured=()
+        if [ "$cpu" = cpu ]; then
+            measured=(--server-pid "$(cat "$WORK/$target/pid")")
+            if [ "$target" = arbor ]; then
+                measured+=(--admin "127.0.0.1:$ARBOR_ADMIN_PORT")
+            fi
         fi
+        run "$round" "$target" "$label" "$@" "${measured[@]}"
     done
 }
 
