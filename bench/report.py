@@ -176,6 +176,16 @@ LOG_FIGURES = [
     ("share of the run spent syncing", "log_syncing_percent", "%"),
 ]
 
+# (name, field, unit) of where a write's round trip went, from the same
+# runs: the server's own time per write (its admin port's request latency,
+# from reading the request to making the answer) and the rest of the
+# client's mean round trip, the way back: the answer's way out, the client's
+# next request, and its way in.
+WRITE_PATH = [
+    ("the server's time per write, read to answer", "server_write_mean_us", "us"),
+    ("the way back per write (mean round trip less the server's time)", "way_back_mean_us", "us"),
+]
+
 INFO = [
     ("set, 64 in flight, 1 conn: throughput", "set-64-1conn", "ops_per_s", "ops/s"),
     ("set, 64 in flight, 1 conn: p99", "set-64-1conn", "p99_us", "us"),
@@ -193,6 +203,13 @@ INFO = [
     for workload in ("set", "delete") for name, field, unit in LOG_FIGURES
 ] + [
     ("Arbor's log, create 64 in flight: writes per sync", "create-64", "writes_per_log_sync", ""),
+] + [
+    (f"{workload}, 64 in flight: mean round trip", f"{workload}-64", "mean_us", "us")
+    for workload in ("set", "delete")
+] + [
+    (f"Arbor, {workload} 64 in flight: {name}", f"{workload}-64", field, unit)
+    for workload in ("set", "delete") for name, field, unit in WRITE_PATH
+] + [
     ("get, 1 in flight: p99", "get-1", "p99_us", "us"),
     ("create, 1 in flight: p50", "create-1", "p50_us", "us"),
     ("lock: acquire p50", "lock", "acquire_p50_us", "us"),
@@ -628,7 +645,7 @@ if standalone:
     w("")
     every_run_table(s, [(label, field, unit) for _row, label, field, unit, _goal, _bound in TARGETS] +
                     [(label, field, unit) for label in ("set-64", "delete-64")
-                     for _name, field, unit in LOG_FIGURES[:2]])
+                     for _name, field, unit in LOG_FIGURES[:2] + WRITE_PATH])
 
 if ensemble:
     e = ensemble

@@ -17,6 +17,8 @@ pub fn micros(duration: Duration) -> u32 {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     pub count: usize,
+    /// Rounded to the microsecond.
+    pub mean: u32,
     pub p50: u32,
     pub p99: u32,
     pub p999: u32,
@@ -27,8 +29,15 @@ impl Summary {
     /// Summarizes `samples` (sorted in place).
     pub fn of(samples: &mut [u32]) -> Summary {
         samples.sort_unstable();
+        let total: u64 = samples.iter().map(|&sample| u64::from(sample)).sum();
+        let mean = if samples.is_empty() {
+            0
+        } else {
+            (total as f64 / samples.len() as f64).round() as u32
+        };
         Summary {
             count: samples.len(),
+            mean,
             p50: percentile(samples, 0.50),
             p99: percentile(samples, 0.99),
             p999: percentile(samples, 0.999),
@@ -80,6 +89,7 @@ impl Report {
         self.field("ops", ops)
             .field("secs", round3(secs))
             .field("ops_per_s", round3(rate))
+            .field("mean_us", latency.mean)
             .field("p50_us", latency.p50)
             .field("p99_us", latency.p99)
             .field("p999_us", latency.p999)
@@ -118,5 +128,16 @@ mod tests {
         assert_eq!(summary.max, 1000);
         assert_eq!(Summary::of(&mut []), Summary::default());
         assert_eq!(Summary::of(&mut [7]).p50, 7);
+    }
+
+    #[test]
+    fn the_mean_counts_every_sample() {
+        let mut samples = vec![10, 10, 10, 1_000];
+        let summary = Summary::of(&mut samples);
+        assert_eq!(summary.mean, 258);
+        assert_eq!(summary.p50, 10);
+        // Large samples do not overflow the sum.
+        let mut large = vec![u32::MAX; 3];
+        assert_eq!(Summary::of(&mut large).mean, u32::MAX);
     }
 }

@@ -175,6 +175,15 @@ fn load_reports_the_logs_syncs_from_the_admin_port() {
         (0.0..=100.0).contains(&figure("log_syncing_percent")),
         "{report}"
     );
+    // The server holds a write for part of the client's round trip; the
+    // rest is the way back. (The mean is whole microseconds.)
+    let (in_server, round_trip) = (figure("server_write_mean_us"), figure("mean_us"));
+    assert!(in_server > 0.0 && in_server <= round_trip + 0.5, "{report}");
+    let way_back = figure("way_back_mean_us");
+    assert!(
+        (way_back - (round_trip - in_server)).abs() < 0.01 && way_back >= -0.5,
+        "{report}"
+    );
 
     let reads = bench(&[
         "--server",
@@ -186,6 +195,8 @@ fn load_reports_the_logs_syncs_from_the_admin_port() {
         server.admin_addr(),
     ]);
     assert_eq!(reads["log_syncs"], 0, "{reads}");
+    assert_eq!(reads["server_write_mean_us"], 0.0, "{reads}");
+    assert!(reads.get("way_back_mean_us").is_none(), "{reads}");
 
     let output = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
         .args(["--target", "zookeeper", "--server", server.zk_addr()])

@@ -72,6 +72,12 @@ impl Kind {
         }
     }
 
+    /// Whether every op of the workload is a write, so that the server's
+    /// time per write is its time per op.
+    fn writes_only(self) -> bool {
+        matches!(self, Kind::Create | Kind::Set | Kind::Delete)
+    }
+
     fn op(self) -> Op {
         match self {
             Kind::Create => Op::CreateNumbered,
@@ -187,7 +193,16 @@ pub async fn run(env: &Env, workload: Kind, args: &LoadArgs) -> Result<Report> {
             .field("log_syncs", log.syncs)
             .field("writes_per_log_sync", round3(log.writes_per_sync))
             .field("log_sync_mean_us", round3(log.sync_mean_us))
-            .field("log_syncing_percent", round3(log.syncing_percent));
+            .field("log_syncing_percent", round3(log.syncing_percent))
+            .field("server_write_mean_us", round3(log.server_write_mean_us));
+        if workload.writes_only() {
+            // What the client waited beyond the server's own time: the
+            // answer's way out, the client's next request and its way in.
+            report.field(
+                "way_back_mean_us",
+                round3(f64::from(latency.mean) - log.server_write_mean_us),
+            );
+        }
     }
     if workload == Kind::Mixed {
         report.field("set_percent", super::MIXED_SET_PERCENT);
