@@ -534,8 +534,34 @@ impl TestEnsemble {
             specs,
             dirs,
         };
-        ensemble.wait_for_leader(None);
+        ensemble.wait_for_every_member_to_follow_one_leader();
         ensemble
+    }
+
+    /// Waits until every member follows the same leader. A majority is not
+    /// enough for a fresh ensemble: each member starts an election as soon
+    /// as it has initialized, and one that starts late campaigns without
+    /// having heard of the leader the others elected. In openraft's order
+    /// its vote for itself outranks that leader's when its id is higher
+    /// (same term), so the leader steps down, and a write in flight then
+    /// ends in ConnectionLoss (seen in the peer-TLS test, about once in 40
+    /// runs on two busy cores). Once every member has heard from one
+    /// leader, no member is left with such an election to start.
+    fn wait_for_every_member_to_follow_one_leader(&self) -> u64 {
+        let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let seen: Vec<Option<u64>> = self.members.iter().map(TestServer::leader_seen).collect();
+            if let Some(Some(leader)) = seen.first().copied() {
+                if seen.iter().all(|other| *other == Some(leader)) {
+                    return leader;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the members did not agree on a leader within {ANSWER_TIMEOUT:?}: {seen:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Every member's client address, comma-separated, as clients take them.
