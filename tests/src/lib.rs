@@ -534,34 +534,17 @@ impl TestEnsemble {
             specs,
             dirs,
         };
-        ensemble.wait_for_every_member_to_follow_one_leader();
+        // Every member, not a majority: each member of a fresh ensemble
+        // starts an election as soon as it has initialized, and one that
+        // starts late campaigns without having heard of the leader the
+        // others elected. In openraft's order its vote for itself outranks
+        // that leader's when its id is higher (same term), so the leader
+        // steps down and a write in flight ends in ConnectionLoss (seen in
+        // the peer-TLS test, about once in 40 runs on two busy cores). Once
+        // every member has heard from one leader, none has such an
+        // election left to start.
+        ensemble.wait_until_followed_by(ensemble.members.len(), None);
         ensemble
-    }
-
-    /// Waits until every member follows the same leader. A majority is not
-    /// enough for a fresh ensemble: each member starts an election as soon
-    /// as it has initialized, and one that starts late campaigns without
-    /// having heard of the leader the others elected. In openraft's order
-    /// its vote for itself outranks that leader's when its id is higher
-    /// (same term), so the leader steps down, and a write in flight then
-    /// ends in ConnectionLoss (seen in the peer-TLS test, about once in 40
-    /// runs on two busy cores). Once every member has heard from one
-    /// leader, no member is left with such an election to start.
-    fn wait_for_every_member_to_follow_one_leader(&self) -> u64 {
-        let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
-        loop {
-            let seen: Vec<Option<u64>> = self.members.iter().map(TestServer::leader_seen).collect();
-            if let Some(Some(leader)) = seen.first().copied() {
-                if seen.iter().all(|other| *other == Some(leader)) {
-                    return leader;
-                }
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the members did not agree on a leader within {ANSWER_TIMEOUT:?}: {seen:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     /// Every member's client address, comma-separated, as clients take them.
@@ -580,6 +563,12 @@ impl TestEnsemble {
     /// The member (from 1) that a majority of the running members follow,
     /// other than `not`; waits up to 10 s for one.
     pub fn wait_for_leader(&self, not: Option<u64>) -> u64 {
+        self.wait_until_followed_by(self.members.len() / 2 + 1, not)
+    }
+
+    /// Waits up to 10 s until at least `followers` members follow one
+    /// leader other than `not`; that leader.
+    fn wait_until_followed_by(&self, followers: usize, not: Option<u64>) -> u64 {
         let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
         loop {
             let mut votes = std::collections::HashMap::new();
@@ -588,16 +577,15 @@ impl TestEnsemble {
                     *votes.entry(leader).or_insert(0usize) += 1;
                 }
             }
-            let majority = self.members.len() / 2 + 1;
             if let Some((leader, _)) = votes
                 .into_iter()
-                .find(|(leader, count)| *count >= majority && Some(*leader) != not)
+                .find(|(leader, count)| *count >= followers && Some(*leader) != not)
             {
                 return leader;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "no leader elected within {ANSWER_TIMEOUT:?}"
+                "no leader followed by {followers} members within {ANSWER_TIMEOUT:?}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
