@@ -2,7 +2,7 @@
 //! and sync-then-read a few znodes while members are cut off, paused and
 //! restarted from their data directories, and the network drops and delays
 //! messages; every key's history must linearize
-//! ([`super::checker`]). A local read without sync, the broken path, is
+//! ([`arbor_check::linearizable`]). A local read without sync, the broken path, is
 //! caught by the same checker, so the check can fail.
 //!
 //! Reads take the path the ensemble's `sync` takes: the member asks the
@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arbor_check::linearizable::{violations, Input, Operation, Output, Register};
 use arbor_protocol::{ErrorCode, MultiOp, OpResult};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::Raft;
@@ -20,7 +21,6 @@ use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::checker::{violations, Input, Operation, Output, Register};
 use super::ensemble_tests::{
     create, last_index, raft_config, seed, start, start_three, stop, wait_applied, Member,
 };

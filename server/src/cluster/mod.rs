@@ -42,8 +42,6 @@ pub mod state_machine;
 pub mod types;
 
 #[cfg(test)]
-mod checker;
-#[cfg(test)]
 mod ensemble_tests;
 #[cfg(test)]
 mod history_tests;
