@@ -424,6 +424,11 @@ enum Waiter {
     TimedOut,
     /// Our own ping; the reply only proves the server is alive.
     Heartbeat,
+    /// Our own ping, answered already: a server answers pings at once,
+    /// ahead of replies it still owes, so a write held up in the server
+    /// never makes a live connection look dead. Its place is dropped when
+    /// it reaches the front.
+    HeartbeatAnswered,
     /// The `CloseSession` sent because every handle was dropped.
     CloseOnDrop,
     /// One batch of watches registered again after a resume; kept to end its
@@ -1022,6 +1027,40 @@ impl Connection {
         }
     }
 
+    /// Forgets an answered heartbeat at the front of `pending`; the next
+    /// may then be sent (one at a time holds a place, as the invariants
+    /// count).
+    fn drop_answered_heartbeats(&mut self) {
+        while self
+            .pending
+            .front()
+            .is_some_and(|pending| matches!(pending.waiter, Waiter::HeartbeatAnswered))
+        {
+            self.pending.pop_front();
+            self.heartbeat_outstanding = false;
+        }
+    }
+
+    /// Whether `xid` is our heartbeat, answered ahead of the requests sent
+    /// before it; it keeps its place (xids in `pending` stay consecutive).
+    fn heartbeat_answered_early(&mut self, xid: u64) -> bool {
+        let Some(front) = self.pending.front().map(|pending| pending.xid) else {
+            return false;
+        };
+        let Some(pending) = xid
+            .checked_sub(front)
+            .and_then(|offset| usize::try_from(offset).ok())
+            .and_then(|offset| self.pending.get_mut(offset))
+        else {
+            return false;
+        };
+        if pending.xid != xid || !matches!(pending.waiter, Waiter::Heartbeat) {
+            return false;
+        }
+        pending.waiter = Waiter::HeartbeatAnswered;
+        true
+    }
+
     fn on_reply(
         &mut self,
         xid: u64,
@@ -1029,7 +1068,11 @@ impl Connection {
         result: Result<OpResult, ErrorCode>,
     ) -> Option<Exit> {
         self.shared.observe_zxid(zxid);
+        self.drop_answered_heartbeats();
         let expected = self.pending.front().map(|pending| pending.xid);
+        if expected != Some(xid) && self.heartbeat_answered_early(xid) {
+            return None;
+        }
         if expected != Some(xid) {
             warn!(xid, ?expected, "reply does not match the oldest request");
             return Some(self.lost());
@@ -1070,7 +1113,7 @@ impl Connection {
                 }
             }
             Waiter::TimedOut => self.drop_provisional(&pending.effect),
-            Waiter::Heartbeat => self.heartbeat_outstanding = false,
+            Waiter::Heartbeat | Waiter::HeartbeatAnswered => self.heartbeat_outstanding = false,
             Waiter::CloseOnDrop => {}
             Waiter::SetWatches(batch) => {
                 self.set_watches_outstanding -= 1;

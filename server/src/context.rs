@@ -18,6 +18,7 @@ use crate::pipeline::apply::StateMachine;
 use crate::pipeline::commit::Committer;
 use crate::session::SessionTracker;
 use crate::stats::Stats;
+use crate::txn::{Decision, Txn};
 use crate::watch::WatchManager;
 
 pub struct Shared {
@@ -51,12 +52,19 @@ pub struct Shared {
 
 /// What being an ensemble member changes for the rest of the server.
 pub trait Ensemble: Send + Sync {
-    /// Only the leader expires sessions and reaps nodes: they are decisions
-    /// made once, then replicated.
+    /// Whether this member leads, as far as it knows (for status views).
     fn is_leader(&self) -> bool;
+    /// The term this member leads in, while a quorum has recently
+    /// acknowledged it: only then may it decide expiries and reaping,
+    /// decisions made once and then replicated, stamped with this term.
+    fn leading_term(&self) -> Option<u64>;
     /// Completes once this member has applied everything the leader had
     /// committed when it was called (`sync`: the next read is linearizable).
     fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>>;
+    /// Whether this member may serve its clients: it has fresh proof that
+    /// it belongs to the ensemble's working majority, so the majority will
+    /// not expire a session it answers for (see `crate::cluster::contact`).
+    fn vouches(&self) -> bool;
     /// This member's view of the ensemble.
     fn status(&self) -> arbor_protocol::ClusterStatus;
     /// Whether this member can serve clients now: it knows a leader that
@@ -69,6 +77,27 @@ pub trait Ensemble: Send + Sync {
         id: u64,
         addrs: Option<(String, String)>,
     ) -> BoxFuture<'static, Result<(), ErrorCode>>;
+}
+
+/// Who decides expiries and reaping on this server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decider {
+    /// A standalone server: the only one there is.
+    Standalone,
+    /// The ensemble's leader of `term`.
+    Leader { term: u64 },
+}
+
+impl Decider {
+    /// The txn that records `decision`: as is on a standalone server;
+    /// stamped with the term in an ensemble, so that it applies only from
+    /// an entry of that term.
+    pub fn txn(self, decision: Decision) -> Txn {
+        match self {
+            Decider::Standalone => decision.txn(),
+            Decider::Leader { term } => Txn::Decided { term, decision },
+        }
+    }
 }
 
 impl Shared {
@@ -117,12 +146,21 @@ impl Shared {
         self.ensemble.get()
     }
 
-    /// Whether this server decides expiries and reaping: a standalone
-    /// server always, a member while it leads.
-    pub fn decides(&self) -> bool {
+    /// Whether this server decides expiries and reaping now, and as what:
+    /// a standalone server always; a member while it leads a quorum.
+    pub fn decider(&self) -> Option<Decider> {
+        match self.ensemble.get() {
+            None => Some(Decider::Standalone),
+            Some(ensemble) => ensemble.leading_term().map(|term| Decider::Leader { term }),
+        }
+    }
+
+    /// Whether this server may serve its clients now: a standalone server
+    /// always, a member while it reaches the ensemble's majority.
+    pub fn vouches(&self) -> bool {
         self.ensemble
             .get()
-            .is_none_or(|ensemble| ensemble.is_leader())
+            .is_none_or(|ensemble| ensemble.vouches())
     }
 
     pub fn last_zxid(&self) -> Zxid {

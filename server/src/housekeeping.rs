@@ -3,7 +3,8 @@
 //! is due is decided by prep ([`prep::expired_sessions`],
 //! [`prep::due_nodes`]); the txns go through the same commit path as client
 //! writes, so their effects are logged, ordered and fire watches like any
-//! other write. In an ensemble only the leader runs them ([`Shared::decides`]).
+//! other write. In an ensemble only the leader decides, in its term
+//! ([`Shared::decider`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,7 @@ pub async fn expire_sessions(shared: Arc<Shared>) {
             () = tokio::time::sleep(Duration::from_millis(next_tick_ms - now_ms)) => {}
             () = shared.shutdown.cancelled() => return,
         }
-        if shared.decides() && !propose_all(&shared, prep::expired_sessions(&shared)).await {
+        if !propose_all(&shared, prep::expired_sessions(&shared)).await {
             return;
         }
     }
@@ -37,7 +38,7 @@ pub async fn reap_nodes(shared: Arc<Shared>) {
             () = tokio::time::sleep(interval) => {}
             () = shared.shutdown.cancelled() => return,
         }
-        if shared.decides() && !propose_all(&shared, prep::due_nodes(&shared)).await {
+        if !propose_all(&shared, prep::due_nodes(&shared)).await {
             return;
         }
     }

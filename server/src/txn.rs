@@ -88,6 +88,57 @@ pub enum Txn {
         session_id: SessionId,
         origin: Origin,
     },
+    /// What the ensemble's leader of `term` decided on its own: an expiry
+    /// or a reap. Applied only from a log entry of that same term
+    /// (`crate::cluster::state_machine`): nothing a deposed leader decided
+    /// takes effect, even if it reaches a later leader's log. A standalone
+    /// server never writes it.
+    Decided { term: u64, decision: Decision },
+}
+
+/// What only the ensemble's leader decides, from its own view of time:
+/// nobody asked for it, so it carries no session's request.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Decision {
+    /// The session's deadline passed, as the leader tracked it.
+    Expire {
+        session_id: SessionId,
+    },
+    ReapContainer {
+        path: String,
+    },
+    ReapTtl {
+        path: String,
+    },
+}
+
+impl Decision {
+    /// The txn that carries the decision out.
+    pub fn txn(&self) -> Txn {
+        match self {
+            Decision::Expire { session_id } => Txn::CloseSession {
+                session_id: *session_id,
+                reason: CloseReason::Expired,
+            },
+            Decision::ReapContainer { path } => Txn::ReapContainer { path: path.clone() },
+            Decision::ReapTtl { path } => Txn::ReapTtl { path: path.clone() },
+        }
+    }
+
+    /// The decision a server-made txn carries out, if it is one.
+    pub fn of(txn: &Txn) -> Option<Self> {
+        match txn {
+            Txn::CloseSession {
+                session_id,
+                reason: CloseReason::Expired,
+            } => Some(Decision::Expire {
+                session_id: *session_id,
+            }),
+            Txn::ReapContainer { path } => Some(Decision::ReapContainer { path: path.clone() }),
+            Txn::ReapTtl { path } => Some(Decision::ReapTtl { path: path.clone() }),
+            _ => None,
+        }
+    }
 }
 
 impl Txn {
@@ -105,7 +156,7 @@ impl Txn {
             | Txn::ClaimSessionFrom { session_id, .. }
             | Txn::Authenticate { session_id, .. }
             | Txn::SetAcl { session_id, .. } => Some(*session_id),
-            Txn::ReapContainer { .. } | Txn::ReapTtl { .. } => None,
+            Txn::ReapContainer { .. } | Txn::ReapTtl { .. } | Txn::Decided { .. } => None,
         }
     }
 }
@@ -143,7 +194,12 @@ impl Txn {
             + match self {
                 Txn::Write { op, .. } => op_bytes(op),
                 Txn::Multi { ops, .. } => ops.iter().map(op_bytes).sum(),
-                Txn::ReapContainer { path } | Txn::ReapTtl { path } => path.len(),
+                Txn::ReapContainer { path }
+                | Txn::ReapTtl { path }
+                | Txn::Decided {
+                    decision: Decision::ReapContainer { path } | Decision::ReapTtl { path },
+                    ..
+                } => path.len(),
                 Txn::SetAcl { path, acl, .. } => path.len() + acl_bytes(acl),
                 Txn::Authenticate { id, .. } => id.scheme.len() + id.id.len(),
                 Txn::OpenSessionFrom { origin, .. } | Txn::ClaimSessionFrom { origin, .. } => {
@@ -153,7 +209,8 @@ impl Txn {
                 | Txn::OpenSession { .. }
                 | Txn::ClaimSession { .. }
                 | Txn::CloseSession { .. }
-                | Txn::MoveSession { .. } => 0,
+                | Txn::MoveSession { .. }
+                | Txn::Decided { .. } => 0,
             }
     }
 }

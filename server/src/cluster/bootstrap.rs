@@ -11,9 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use super::contact::Contact;
+use super::liveness::{close_when_cut_off, send_touches, watch_leadership};
 use super::log_files::{LogError, LogOptions};
 use super::log_store::{LogIoThread, LogStore};
-use super::member::{run_replicator, send_touches, watch_leadership, Member, FORWARDS_QUEUED_MAX};
+use super::member::{run_replicator, Member, FORWARDS_QUEUED_MAX};
 use super::network::PeerNetwork;
 use super::peer::RAFT_PAYLOAD_ENTRIES_MAX;
 use super::peer_server;
@@ -210,11 +212,15 @@ pub async fn start(
             warn!(error = %err, "not initializing the ensemble (another member did)");
         }
     }
+    let contact = Arc::new(Contact::default());
     let member = Arc::new(Member::new(
         id,
         raft.clone(),
         &ensemble.members,
         peer_tls.clone(),
+        contact.clone(),
+        shared.clock.clone(),
+        shared.config.tick_ms,
     ));
     shared.join_ensemble(member.clone());
     let stop = CancellationToken::new();
@@ -232,6 +238,7 @@ pub async fn start(
         raft.clone(),
         shared.clone(),
         forwards,
+        contact,
         stop.clone(),
     ));
     tasks.spawn(watch_leadership(
@@ -240,6 +247,11 @@ pub async fn start(
         stop.clone(),
     ));
     tasks.spawn(send_touches(member.clone(), shared.clone(), stop.clone()));
+    tasks.spawn(close_when_cut_off(
+        member.clone(),
+        shared.clone(),
+        stop.clone(),
+    ));
     tasks.spawn(run_replicator(proposals, forwarded, member));
     tasks.spawn(snapshot_by_writes(
         raft.clone(),

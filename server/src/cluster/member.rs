@@ -21,15 +21,17 @@ use arbor_protocol::{ClusterStatus, ErrorCode, MemberStatus};
 use futures_util::future::BoxFuture;
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use super::contact::{Contact, Role};
+use super::liveness::touch_interval_ms;
 use super::peer::{ForwardRefused, PeerClient, PeerError, PeerReply, PeerRequest};
 use super::peer_server::{change_member, read_index};
 use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
 use super::types::{Command, Outcome, TypeConfig, Write};
-use crate::context::{Ensemble, Shared};
+use crate::clock::Clock;
+use crate::context::Ensemble;
 use crate::pipeline::commit::{Proposal, WriteResult};
 
 /// How long `sync` or a follower's write may wait for the local apply of
@@ -86,6 +88,11 @@ pub struct Member {
     /// Entries this member may have proposed and not yet seen committed
     /// while it leads ([`ENTRIES_IN_FLIGHT_MAX`]).
     entry_slots: Arc<Semaphore>,
+    /// Its latest proofs of belonging to the working majority.
+    pub(super) contact: Arc<Contact>,
+    pub(super) clock: Clock,
+    /// How often a follower touches its clients' sessions at the leader.
+    pub(super) touch_interval_ms: u64,
 }
 
 impl Member {
@@ -94,6 +101,9 @@ impl Member {
         raft: Raft<TypeConfig>,
         members: &BTreeMap<MemberId, MemberAddr>,
         tls: Option<Arc<PeerTls>>,
+        contact: Arc<Contact>,
+        clock: Clock,
+        tick_ms: u32,
     ) -> Self {
         let peers = members
             .iter()
@@ -110,12 +120,47 @@ impl Member {
             peers: parking_lot::Mutex::new(peers),
             leader: AtomicU64::new(NO_LEADER),
             entry_slots: Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT_MAX)),
+            contact,
+            clock,
+            touch_interval_ms: touch_interval_ms(tick_ms),
+        }
+    }
+
+    pub fn id(&self) -> MemberId {
+        self.id
+    }
+
+    pub(super) fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
+    }
+
+    /// This member's place in the ensemble, as raft sees it now, and the
+    /// term.
+    pub(super) fn role(&self) -> (Role, u64) {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let role = match metrics.current_leader {
+            Some(leader) if leader == self.id => Role::Leader,
+            Some(_) => Role::Follower,
+            None => Role::Leaderless,
+        };
+        (role, metrics.current_term)
+    }
+
+    /// Records that this member, if it leads, follows `leader`.
+    pub(super) fn set_leader(&self, leader: Option<MemberId>) -> Option<MemberId> {
+        match self
+            .leader
+            .swap(leader.unwrap_or(NO_LEADER), Ordering::AcqRel)
+        {
+            NO_LEADER => None,
+            previous => Some(previous),
         }
     }
 
     /// The connection to member `id`, opened if needed from its address in
     /// the membership in force.
-    fn peer(&self, id: MemberId) -> Option<PeerClient> {
+    pub(super) fn peer(&self, id: MemberId) -> Option<PeerClient> {
         let mut peers = self.peers.lock();
         if let Some(peer) = peers.get(&id) {
             return Some(peer.clone());
@@ -182,6 +227,19 @@ impl Member {
 impl Ensemble for Member {
     fn is_leader(&self) -> bool {
         self.leader() == Some(self.id)
+    }
+
+    fn leading_term(&self) -> Option<u64> {
+        match self.role() {
+            (Role::Leader, term) if self.vouches() => Some(term),
+            _ => None,
+        }
+    }
+
+    fn vouches(&self) -> bool {
+        let (role, _) = self.role();
+        self.contact
+            .vouches(role, self.clock.monotonic_ms(), self.touch_interval_ms)
     }
 
     fn change_member(
@@ -432,6 +490,48 @@ pub async fn run_replicator(
 /// Writes and where their results go.
 type Unit = (Vec<Write>, Part);
 
+/// How long a follower waits for the leader to take and answer a forwarded
+/// write. Past it, or once another member leads, the write's outcome is
+/// unknown to its client (its connection closes), so a leader that is cut
+/// off or paused never holds up the connections of its followers' clients
+/// (replies go out in request order) beyond this; an answer takes
+/// milliseconds otherwise.
+const FORWARD_ANSWER_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// `answer`, unless `deadline` passes or a member other than `leader`
+/// leads first; then why not.
+async fn answered_in_time<T>(
+    raft: &Raft<TypeConfig>,
+    leader: MemberId,
+    deadline: tokio::time::Instant,
+    answer: impl std::future::Future<Output = T>,
+) -> Result<T, &'static str> {
+    let mut metrics = raft.metrics();
+    tokio::select! {
+        answer = answer => Ok(answer),
+        () = tokio::time::sleep_until(deadline) => Err("the leader did not answer in time"),
+        _ = metrics.wait_for(|now| now.current_leader != Some(leader)) => Err("the leader changed"),
+    }
+}
+
+/// `units` less the leader's own decisions: a member that does not lead
+/// may not make them, and a leader that lost its place must not hand them
+/// to the next (its term would refuse them at apply anyway).
+fn without_decisions(units: Vec<Unit>) -> Vec<Unit> {
+    units
+        .into_iter()
+        .filter(|(writes, _)| {
+            let decided = writes
+                .iter()
+                .any(|write| matches!(write.txn, crate::txn::Txn::Decided { .. }));
+            if decided {
+                debug!("a decision of a former leader is dropped, not forwarded");
+            }
+            !decided
+        })
+        .collect()
+}
+
 /// Hands each part its results: `Ok((index, results))` with one result per
 /// write; `Err(refused)` when the entry was not written (`NotLeader`) or its
 /// outcome is unknown. A local write whose outcome is unknown is not
@@ -530,6 +630,7 @@ async fn replicate(member: &Arc<Member>, entry: Vec<Unit>, slot: Option<OwnedSem
             .into_iter()
             .partition(|(_, part)| matches!(part, Part::Local(_)));
         distribute(split(stale).1, Err(not_leader(Some(leader))));
+        let local = without_decisions(local);
         if local.is_empty() {
             return;
         }
@@ -545,97 +646,41 @@ async fn replicate(member: &Arc<Member>, entry: Vec<Unit>, slot: Option<OwnedSem
         let Ok((sent, forwarded)) = peer.send_tracked(PeerRequest::Forward(command)) else {
             return distribute(split(local).1, Err(not_leader(None)));
         };
-        match sent.await {
-            Ok(()) => {}
-            Err(PeerError::Unreachable { .. }) => {
+        let deadline = tokio::time::Instant::now() + FORWARD_ANSWER_TIMEOUT;
+        match answered_in_time(&raft, leader, deadline, sent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(PeerError::Unreachable { .. })) => {
                 member.wait_for_another_leader(leader).await;
                 entry = local;
                 continue;
             }
-            Err(err) => {
+            Ok(Err(err)) => {
                 return distribute(
                     split(local).1,
                     Err(ForwardRefused::Unknown(err.to_string())),
                 )
             }
+            Err(why) => {
+                return distribute(split(local).1, Err(ForwardRefused::Unknown(why.into())))
+            }
         }
         let parts = split(local).1;
         tokio::spawn(async move {
-            let outcome = match forwarded.await {
-                Ok(PeerReply::Forwarded(Ok((index, Outcome::Writes(results))))) => {
+            let outcome = match answered_in_time(&raft, leader, deadline, forwarded).await {
+                Ok(Ok(PeerReply::Forwarded(Ok((index, Outcome::Writes(results)))))) => {
                     match Member::applied(&raft, index).await {
                         Ok(()) => Ok((index, results)),
                         Err(_) => Err(ForwardRefused::Unknown("not applied here".into())),
                     }
                 }
+                Err(why) => Err(ForwardRefused::Unknown(why.into())),
                 // Refused by a member that no longer leads, or lost: unknown
                 // here (writes behind it may have gone through).
-                _ => Err(ForwardRefused::Unknown("the forward failed".into())),
+                Ok(_) => Err(ForwardRefused::Unknown("the forward failed".into())),
             };
             distribute(parts, outcome);
         });
         return;
     }
     distribute(split(entry).1, Err(not_leader(None)));
-}
-
-/// Follows who leads. On any change of this member's role every session gets
-/// a full timeout again: a new leader must not expire a session whose
-/// touches went to the old one.
-pub async fn watch_leadership(member: Arc<Member>, shared: Arc<Shared>, stop: CancellationToken) {
-    let mut metrics = member.raft.metrics();
-    let mut was_leader = false;
-    loop {
-        let (leader, term) = {
-            let now = metrics.borrow_and_update();
-            (now.current_leader, now.current_term)
-        };
-        let previous = member
-            .leader
-            .swap(leader.unwrap_or(NO_LEADER), Ordering::AcqRel);
-        if previous != leader.unwrap_or(NO_LEADER) {
-            info!(member = member.id, leader = ?leader, term, "leader changed");
-        }
-        let is_leader = leader == Some(member.id);
-        if is_leader != was_leader {
-            shared.tracker.lock().renew_all(shared.clock.monotonic_ms());
-            was_leader = is_leader;
-        }
-        tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { return },
-            () = stop.cancelled() => return,
-        }
-    }
-}
-
-/// Once per tick, a follower tells the leader which of its clients'
-/// sessions are alive (ZooKeeper's batched session touches).
-pub async fn send_touches(member: Arc<Member>, shared: Arc<Shared>, stop: CancellationToken) {
-    let tick = Duration::from_millis(u64::from(shared.config.tick_ms));
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(tick / 2) => {}
-            () = stop.cancelled() => return,
-        }
-        let Some(leader) = member.leader().filter(|leader| *leader != member.id) else {
-            continue;
-        };
-        let alive = {
-            let connections = shared.connections.lock();
-            let tracker = shared.tracker.lock();
-            tracker.alive_among(connections.sessions(), shared.clock.monotonic_ms())
-        };
-        if alive.is_empty() {
-            continue;
-        }
-        if let Some(peer) = member.peer(leader) {
-            debug!(
-                leader,
-                sessions = alive.len(),
-                "touching sessions at the leader"
-            );
-            // Not awaited: the next tick sends them again anyway.
-            drop(peer.send(PeerRequest::Touch(alive)));
-        }
-    }
 }

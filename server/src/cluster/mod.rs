@@ -19,8 +19,9 @@
 //!   (raft's messages, forwarded writes, read indexes, session touches),
 //!   and [`peer_tls`]: members proving who they are to each other;
 //! * [`member`]: what a running member adds to the server (its write path,
-//!   who leads, `sync`, liveness at the leader); [`bootstrap`] starts and
-//!   stops it.
+//!   who leads, `sync`); [`liveness`]: its sessions' liveness at the
+//!   leader, and [`contact`]: when it may vouch for its clients at all;
+//!   [`bootstrap`] starts and stops it.
 //!
 //! An entry carries a batch of writes ([`types::Command`]); each write
 //! applied takes the next zxid. Every member applies the same entries from
@@ -29,6 +30,8 @@
 //! its node) keeps increasing through a failover.
 
 pub mod bootstrap;
+pub mod contact;
+pub mod liveness;
 pub mod log_files;
 pub mod log_store;
 pub mod member;
@@ -45,6 +48,8 @@ pub mod types;
 mod ensemble_tests;
 #[cfg(test)]
 mod history_tests;
+#[cfg(test)]
+mod session_tests;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

@@ -75,8 +75,11 @@ pub enum PeerReply {
     /// written (`NotLeader`: certainly not; anything else: unknown).
     Forwarded(Result<(u64, Outcome), ForwardRefused>),
     ReadIndex(Result<u64, ForwardRefused>),
+    /// The leader took the touches.
     Touched,
     MemberChanged(Result<(), ForwardRefused>),
+    /// Touches sent to a member that does not lead: they count for nothing.
+    NotLeading,
 }
 
 /// Why the leader did not take a forwarded write or give a read index.

@@ -5,8 +5,10 @@
 
 use std::sync::Arc;
 
+use arbor_protocol::SessionId;
 use futures_util::{SinkExt, StreamExt};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::raft::AppendEntriesResponse;
 use openraft::{ChangeMembers, Raft};
 use std::collections::BTreeSet;
 use tokio::net::{TcpListener, TcpStream};
@@ -15,6 +17,7 @@ use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::contact::Contact;
 use super::member::Forwarded;
 use super::peer::{
     codec, decode, encode, ForwardRefused, PeerReply, PeerRequest, PeerStream,
@@ -45,6 +48,7 @@ pub async fn serve(
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     forwards: mpsc::Sender<Forwarded>,
+    contact: Arc<Contact>,
     stop: CancellationToken,
 ) {
     info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "serving peers");
@@ -64,6 +68,7 @@ pub async fn serve(
         crate::net::idle_spin::watch(&stream);
         let (raft, shared, forwards, stop) =
             (raft.clone(), shared.clone(), forwards.clone(), stop.clone());
+        let contact = contact.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             let stream: Box<dyn PeerStream> = match tls {
@@ -80,7 +85,13 @@ pub async fn serve(
                 }
             };
             debug!(%peer, "peer connected");
-            serve_connection(stream, raft, shared, forwards, stop).await;
+            let link = Link {
+                raft,
+                shared,
+                forwards,
+                contact,
+            };
+            serve_connection(stream, link, stop).await;
         });
     }
 }
@@ -102,13 +113,44 @@ fn is_member(raft: &Raft<TypeConfig>, shared: &Shared, id: MemberId) -> bool {
         .is_some_and(|ensemble| ensemble.members.contains_key(&id))
 }
 
-async fn serve_connection(
-    stream: Box<dyn PeerStream>,
+/// What a peer connection hands requests to.
+struct Link {
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     forwards: mpsc::Sender<Forwarded>,
-    stop: CancellationToken,
-) {
+    contact: Arc<Contact>,
+}
+
+impl Link {
+    /// Whether this member leads, as raft sees it now.
+    fn leads(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.current_leader == Some(metrics.id)
+    }
+
+    /// Moves the deadlines of `sessions`, heard from by a follower, if
+    /// this member leads (the deadlines that count are the leader's).
+    fn touch(&self, sessions: impl IntoIterator<Item = SessionId>) -> bool {
+        if !self.leads() {
+            return false;
+        }
+        let now_ms = self.shared.clock.monotonic_ms();
+        let mut tracker = self.shared.tracker.lock();
+        for session_id in sessions {
+            tracker.touch(session_id, now_ms);
+        }
+        true
+    }
+}
+
+async fn serve_connection(stream: Box<dyn PeerStream>, link: Link, stop: CancellationToken) {
+    let Link {
+        raft,
+        forwards,
+        contact,
+        ..
+    } = &link;
     let (mut sink, mut source) = Framed::new(stream, codec()).split();
     // The leader whose entries came over this connection, if any.
     let mut appended_by: Option<MemberId> = None;
@@ -146,6 +188,8 @@ async fn serve_connection(
             // In arrival order: this only queues the writes for the
             // replicator, which puts them in the next entry with the rest.
             PeerRequest::Forward(command) => {
+                // A forwarded write is heard from its session too.
+                link.touch(command.writes.iter().filter_map(|w| w.txn.session_id()));
                 let (reply, written) = oneshot::channel();
                 let queued = forwards
                     .send(Forwarded {
@@ -164,24 +208,26 @@ async fn serve_connection(
                 });
             }
             PeerRequest::Touch(sessions) => {
-                let now_ms = shared.clock.monotonic_ms();
-                {
-                    let mut tracker = shared.tracker.lock();
-                    for session_id in sessions {
-                        tracker.touch(session_id, now_ms);
-                    }
-                }
-                send(PeerReply::Touched).await;
+                let answer = match link.touch(sessions) {
+                    true => PeerReply::Touched,
+                    false => PeerReply::NotLeading,
+                };
+                send(answer).await;
             }
             other => {
                 if let PeerRequest::Append(rpc) = &other {
                     appended_by = rpc.vote.leader_id().voted_for();
                 }
-                let raft = raft.clone();
+                let (raft, contact) = (raft.clone(), contact.clone());
+                let clock = link.shared.clock.clone();
                 tokio::spawn(async move {
                     let reply = match other {
                         PeerRequest::Append(rpc) => {
-                            PeerReply::Append(raft.append_entries(rpc).await)
+                            let answer = raft.append_entries(rpc).await;
+                            if heard_from_leader(&answer) {
+                                contact.leader_heard(clock.monotonic_ms());
+                            }
+                            PeerReply::Append(answer)
                         }
                         PeerRequest::Vote(rpc) => PeerReply::Vote(raft.vote(rpc).await),
                         PeerRequest::Snapshot(rpc) => {
@@ -201,8 +247,16 @@ async fn serve_connection(
     drop(answers);
     let _ = writer.await;
     if let Some(leader) = appended_by.filter(|_| !stop.is_cancelled()) {
-        tokio::spawn(suspect_leader(raft, leader));
+        tokio::spawn(suspect_leader(raft.clone(), leader));
     }
+}
+
+/// Whether raft took an append as one from the leader it follows (any
+/// answer but a higher vote: a conflict too is the leader's).
+fn heard_from_leader(
+    answer: &Result<AppendEntriesResponse<MemberId>, RaftError<MemberId>>,
+) -> bool {
+    matches!(answer, Ok(response) if !matches!(response, AppendEntriesResponse::HigherVote(_)))
 }
 
 /// How long the probe of a leader's peer port may take. A refusal comes

@@ -25,21 +25,22 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use tracing::info;
 
 use super::records::{LogPosition, MemberAddr, MemberId, MembershipRecord};
-use super::types::{Outcome, TypeConfig};
+use super::types::{Outcome, TypeConfig, Write};
 use crate::context::Shared;
 use crate::pipeline::applier::apply_committed;
 use crate::pipeline::apply::StateMachine;
 use crate::storage::snapshot;
-use crate::txn::{CloseReason, Txn, TxnEntry};
+use crate::txn::{CloseReason, Decision, Txn, TxnEntry};
+use arbor_protocol::ErrorCode;
 
 type Meta = SnapshotMeta<MemberId, MemberAddr>;
 
 /// What apply does with one write.
 enum Step {
     Apply(TxnEntry),
-    /// A write of a session that now belongs to another member: refused,
-    /// without a zxid.
-    Moved,
+    /// Refused, without a zxid: a write of a session that now belongs to
+    /// another member, or a decision of another term.
+    Refused(ErrorCode),
 }
 
 /// What apply does with one entry: nothing (a blank or membership entry),
@@ -213,7 +214,7 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
             .flatten()
             .filter_map(|step| match step {
                 Step::Apply(txn) => Some(txn),
-                Step::Moved => None,
+                Step::Refused(_) => None,
             });
         let mut moved_away = Vec::new();
         let mut results = apply_committed(&self.shared, committed, |state| {
@@ -251,10 +252,8 @@ impl RaftStateMachine<TypeConfig> for ClusterStateMachine {
                     steps
                         .iter()
                         .map(|step| match step {
-                            Step::Apply(_) => results
-                                .next()
-                                .unwrap_or(Err(arbor_protocol::ErrorCode::Internal)),
-                            Step::Moved => Err(arbor_protocol::ErrorCode::SessionMoved),
+                            Step::Apply(_) => results.next().unwrap_or(Err(ErrorCode::Internal)),
+                            Step::Refused(code) => Err(*code),
                         })
                         .collect(),
                 ),
@@ -340,10 +339,11 @@ impl ClusterStateMachine {
     /// Decides each write's fate, in order, and the session owners after
     /// them: a write proposed by a member that no longer owns its session
     /// is refused; opening or resuming a session makes the proposer its
-    /// owner; a session's end forgets it. Every write applied takes the next
-    /// zxid, so zxids are dense, the same on every member (all apply the
-    /// same entries from the same state) and keep increasing across leader
-    /// changes and restarts.
+    /// owner; a session's end forgets it; a leader's decision applies only
+    /// from an entry of the term it was decided in. Every write applied
+    /// takes the next zxid, so zxids are dense, the same on every member
+    /// (all apply the same entries from the same state) and keep increasing
+    /// across leader changes and restarts.
     fn plan(&self, entries: &[Entry<TypeConfig>]) -> (Vec<EntryPlan>, OwnerChanges) {
         let state = self.shared.state.read();
         let mut zxid = state.last_zxid();
@@ -354,46 +354,19 @@ impl ClusterStateMachine {
                 let EntryPayload::Normal(command) = &entry.payload else {
                     return EntryPlan::Nothing;
                 };
+                let term = entry.log_id.leader_id.term;
                 let steps = command
                     .writes
                     .iter()
                     .map(|write| {
-                        let proposer = write.proposer;
-                        if let Some(session_id) = write.txn.session_id() {
-                            let owner = match changes.get(&session_id) {
-                                Some(owner) => *owner,
-                                None => state.replica.session_owners.get(&session_id).copied(),
-                            };
-                            match &write.txn {
-                                Txn::CreateSession { .. }
-                                | Txn::OpenSession { .. }
-                                | Txn::MoveSession { .. }
-                                | Txn::ClaimSession { .. }
-                                | Txn::OpenSessionFrom { .. }
-                                | Txn::ClaimSessionFrom { .. } => {
-                                    changes.insert(session_id, proposer.or(owner));
-                                }
-                                // The leader's decision, not a request of the session.
-                                Txn::CloseSession {
-                                    reason: CloseReason::Expired,
-                                    ..
-                                } => {
-                                    changes.insert(session_id, None);
-                                }
-                                _ if proposer.is_some() && owner.is_some() && proposer != owner => {
-                                    return Step::Moved;
-                                }
-                                Txn::CloseSession { .. } => {
-                                    changes.insert(session_id, None);
-                                }
-                                _ => {}
-                            }
-                        }
+                        let Some(txn) = admitted(write, term, &state, &mut changes) else {
+                            return Step::Refused(refusal(write));
+                        };
                         zxid += 1;
                         Step::Apply(TxnEntry {
                             zxid,
                             time_ms: write.time_ms,
-                            txn: write.txn.clone(),
+                            txn,
                         })
                     })
                     .collect();
@@ -414,6 +387,76 @@ impl ClusterStateMachine {
         let n = self.received.fetch_add(1, Ordering::Relaxed);
         self.snapshot_dir
             .join(format!("snapshot.{what}-{}-{n}.tmp", std::process::id()))
+    }
+}
+
+/// The txn `write` applies as, in an entry of `term`, noting the session
+/// owners it changes; `None` if it is refused: a write of a session that
+/// now belongs to another member, or a decision of another term.
+fn admitted(
+    write: &Write,
+    term: u64,
+    state: &StateMachine,
+    changes: &mut OwnerChanges,
+) -> Option<Txn> {
+    if let Txn::Decided {
+        term: decided_in,
+        decision,
+    } = &write.txn
+    {
+        if *decided_in != term {
+            info!(
+                decided_in,
+                entry_term = term,
+                ?decision,
+                "a decision of another term is not applied"
+            );
+            return None;
+        }
+        if let Decision::Expire { session_id } = decision {
+            changes.insert(*session_id, None);
+        }
+        return Some(decision.txn());
+    }
+    let Some(session_id) = write.txn.session_id() else {
+        return Some(write.txn.clone());
+    };
+    let proposer = write.proposer;
+    let owner = match changes.get(&session_id) {
+        Some(owner) => *owner,
+        None => state.replica.session_owners.get(&session_id).copied(),
+    };
+    match &write.txn {
+        Txn::CreateSession { .. }
+        | Txn::OpenSession { .. }
+        | Txn::MoveSession { .. }
+        | Txn::ClaimSession { .. }
+        | Txn::OpenSessionFrom { .. }
+        | Txn::ClaimSessionFrom { .. } => {
+            changes.insert(session_id, proposer.or(owner));
+        }
+        // A leader's decision written before decisions carried their term.
+        Txn::CloseSession {
+            reason: CloseReason::Expired,
+            ..
+        } => {
+            changes.insert(session_id, None);
+        }
+        _ if proposer.is_some() && owner.is_some() && proposer != owner => return None,
+        Txn::CloseSession { .. } => {
+            changes.insert(session_id, None);
+        }
+        _ => {}
+    }
+    Some(write.txn.clone())
+}
+
+/// What a refused write answers: its session moved, or (a decision, which
+/// nobody waits on) it was not this leader's to make.
+fn refusal(write: &Write) -> ErrorCode {
+    match write.txn {
+        Txn::Decided { .. } => ErrorCode::NotLeader,
+        _ => ErrorCode::SessionMoved,
     }
 }
 

@@ -59,17 +59,17 @@ pub(super) fn options() -> LogOptions {
 
 /// A state machine over a server's shared state, as a member has it.
 pub(super) fn state_machine(dir: &Path) -> ClusterStateMachine {
+    state_machine_with(dir, Clock::system())
+}
+
+/// [`state_machine`], with time from `clock`.
+pub(super) fn state_machine_with(dir: &Path, clock: Clock) -> ClusterStateMachine {
     let snapshots = dir.join("snapshots");
     std::fs::create_dir_all(&snapshots).expect("snapshot dir");
     let (state, loaded_from) = load_newest(&snapshots).expect("loads");
     let (queue, _) = mpsc::channel(1);
     let committer = Committer::new(MemoryLog::default(), 0, None, queue);
-    let shared = Arc::new(Shared::new(
-        Config::default(),
-        Clock::system(),
-        state,
-        committer,
-    ));
+    let shared = Arc::new(Shared::new(Config::default(), clock, state, committer));
     ClusterStateMachine::new(1, shared, &snapshots, loaded_from)
 }
 

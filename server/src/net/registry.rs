@@ -105,6 +105,20 @@ impl ConnectionRegistry {
         handle.closer.cancel();
     }
 
+    /// Closes every connection, telling each client why (`Unavailable`: its
+    /// session lives on, and it should resume it elsewhere); how many.
+    pub fn close_all(&mut self, why: &str) -> usize {
+        let closed = self.by_session.len();
+        for (_, handle) in self.by_session.drain() {
+            let _ = handle.outbound.try_send(Box::new(ServerMessage::Closing {
+                code: ErrorCode::Unavailable,
+                message: why.into(),
+            }));
+            handle.closer.cancel();
+        }
+        closed
+    }
+
     /// Each session with a connection to this server, with the client's
     /// address, in no particular order.
     pub fn peers(&self) -> impl ExactSizeIterator<Item = (SessionId, SocketAddr)> + '_ {

@@ -188,6 +188,15 @@ impl StateMachine {
 
     /// Applies one entry. Entries must come in strictly increasing zxid order.
     pub fn apply(&mut self, entry: &TxnEntry) -> Applied {
+        if let Txn::Decided { decision, .. } = &entry.txn {
+            // Whether a decision may apply is the ensemble's to judge, by
+            // its term, before it gets here; applying it is its txn's work.
+            return self.apply(&TxnEntry {
+                zxid: entry.zxid,
+                time_ms: entry.time_ms,
+                txn: decision.txn(),
+            });
+        }
         debug_assert!(entry.zxid > self.last_zxid, "zxids must increase");
         self.last_zxid = entry.zxid;
         let (zxid, time_ms) = (entry.zxid, entry.time_ms);
@@ -302,6 +311,7 @@ impl StateMachine {
                     Err(ErrorCode::SessionExpired)
                 }
             }
+            Txn::Decided { .. } => unreachable!("a decision is applied as its txn, above"),
         };
         Applied {
             result,

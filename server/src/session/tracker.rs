@@ -19,6 +19,10 @@ struct Tracked {
 pub struct SessionTracker {
     sessions: HashMap<SessionId, Tracked>,
     expiry: ExpiryQueue<SessionId>,
+    /// The ensemble term whose leader this member is and since whose start
+    /// every deadline here was tracked (see [`Self::renew_all`]); `None` on
+    /// a follower and on a standalone server.
+    leading_term: Option<u64>,
 }
 
 impl SessionTracker {
@@ -26,6 +30,7 @@ impl SessionTracker {
         Self {
             sessions: HashMap::new(),
             expiry: ExpiryQueue::new(u64::from(tick_ms)),
+            leading_term: None,
         }
     }
 
@@ -91,15 +96,23 @@ impl SessionTracker {
     }
 
     /// Gives every session a full timeout from `now_ms` and forgets which
-    /// were being closed: what a member does when it becomes the leader (no
-    /// live session may expire because of a failover) or stops being it (a
+    /// were being closed: what a member does when it becomes the leader of
+    /// `leading_term` (no live session may expire because of a failover:
+    /// their touches went to the old leader) or stops leading (`None`: a
     /// close it proposed may never have been committed).
-    pub fn renew_all(&mut self, now_ms: u64) {
+    pub fn renew_all(&mut self, now_ms: u64, leading_term: Option<u64>) {
         for (session_id, tracked) in &mut self.sessions {
             tracked.closing = false;
             self.expiry
                 .update(*session_id, now_ms, u64::from(tracked.timeout_ms));
         }
+        self.leading_term = leading_term;
+    }
+
+    /// The term this member leads in whose full timeouts its deadlines
+    /// count, if it leads: an expiry may be decided only in that term.
+    pub fn leading_term(&self) -> Option<u64> {
+        self.leading_term
     }
 
     /// Of `sessions`, those alive here: not closing, deadline not passed.
@@ -157,7 +170,8 @@ mod tests {
         tracker.add(1, 400, 0);
         tracker.add(2, 400, 0);
         assert!(tracker.start_closing(2));
-        tracker.renew_all(1_000);
+        tracker.renew_all(1_000, Some(7));
+        assert_eq!(tracker.leading_term(), Some(7));
         assert!(tracker.take_expired(1_400).is_empty());
         assert_eq!(
             tracker.alive_among([1, 2, 3].into_iter(), 1_400),

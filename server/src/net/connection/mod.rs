@@ -13,7 +13,10 @@
 //!
 //! The responder answers pending items strictly in arrival order: it waits
 //! for a write's result before it runs a later read, so a session reads its
-//! own writes and its replies come back in request order. A request that
+//! own writes and its replies come back in request order. Pings alone are
+//! answered by the reader at once, ahead of what is owed (clients match
+//! them by their xid): a write held up by an election must not make a live
+//! connection look dead. A request that
 //! finds nothing owed ahead of it is answered by the reader itself, straight
 //! into the outbound queue: a read at once, a write committed on the spot
 //! when the committer is idle (see [`crate::pipeline::commit`]). Same order,

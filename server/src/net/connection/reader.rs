@@ -198,7 +198,8 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
                 return;
             }
         };
-        crate::net::idle_spin::served(matches!(op, Op::Ping));
+        let ping = matches!(op, Op::Ping);
+        crate::net::idle_spin::served(ping);
         if matches!(op, Op::Auth { .. }) {
             auth_attempts += 1;
             if auth_attempts > AUTH_ATTEMPTS_PER_CONNECTION_MAX {
@@ -238,6 +239,13 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
                 started,
                 result,
             },
+            Then::Leave(code, why) => {
+                shared.stats.request_unanswered(started);
+                queues
+                    .queue(Pending::Close(closing(code, why)), closer)
+                    .await;
+                return;
+            }
         };
         let direct = match item {
             Pending::Read { xid, started, op } if owes_nothing => {
@@ -247,11 +255,14 @@ pub(super) async fn read_loop<S: AsyncRead + Unpin>(
                 }
                 continue;
             }
+            // A ping is answered at once, even ahead of replies still owed:
+            // it says the session is heard, and a write held up behind an
+            // election must not make the connection look dead.
             Pending::Ready {
                 xid,
                 started,
                 result,
-            } if owes_nothing => {
+            } if owes_nothing || ping => {
                 shared.stats.request_answered(started, &result);
                 Ok(reply(xid, shared.last_zxid(), result))
             }

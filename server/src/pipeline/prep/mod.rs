@@ -21,10 +21,10 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::{debug, info};
 
-use crate::context::Shared;
+use crate::context::{Decider, Shared};
 use crate::pipeline::commit::{Proposal, WriteResult};
 use crate::pipeline::read;
-use crate::txn::{CloseReason, Txn};
+use crate::txn::{CloseReason, Decision, Txn};
 
 pub use validate::{check_path, prep_write, Requester};
 
@@ -45,7 +45,13 @@ pub enum Then {
     /// Answered later, off the write path (an ensemble's `sync`, a
     /// membership change).
     Await(oneshot::Receiver<WriteResult>),
+    /// Not answered: the connection closes after what it owes, saying why.
+    Leave(ErrorCode, &'static str),
 }
+
+/// Why a member cut off from the majority serves no request and takes no
+/// session.
+pub const CUT_OFF: &str = "this member cannot reach the ensemble's majority; try another member";
 
 impl Prepped {
     fn answer(result: WriteResult) -> Self {
@@ -69,6 +75,15 @@ pub fn proposal(shared: &Shared, txn: Txn) -> Proposal {
 /// Preps request `xid` of `session_id`, which is attached to the asking
 /// connection.
 pub fn request(shared: &Arc<Shared>, session_id: SessionId, xid: u64, op: Op) -> Prepped {
+    if !shared.vouches() {
+        // Cut off from the majority, which may expire this session: the
+        // client must go where its session is heard (see
+        // `crate::cluster::contact`).
+        return Prepped {
+            then: Then::Leave(ErrorCode::Unavailable, CUT_OFF),
+            last: true,
+        };
+    }
     if !shared
         .tracker
         .lock()
@@ -209,33 +224,47 @@ fn change_member(shared: &Shared, op: Op) -> Then {
     Then::Await(result)
 }
 
-/// Closes for every session whose deadline has passed by now.
+/// Expiries of every session whose deadline has passed by now, if this
+/// server decides them. A leader decides only from deadlines it has
+/// tracked since its own term began (see [`SessionTracker::renew_all`]).
+///
+/// [`SessionTracker::renew_all`]: crate::session::SessionTracker::renew_all
 pub fn expired_sessions(shared: &Shared) -> Vec<Proposal> {
-    let expired = shared
-        .tracker
-        .lock()
-        .take_expired(shared.clock.monotonic_ms());
+    let Some(decider) = shared.decider() else {
+        return Vec::new();
+    };
+    let expired = {
+        let mut tracker = shared.tracker.lock();
+        if let Decider::Leader { term } = decider {
+            if tracker.leading_term() != Some(term) {
+                return Vec::new();
+            }
+        }
+        tracker.take_expired(shared.clock.monotonic_ms())
+    };
     expired
         .into_iter()
         .map(|session_id| {
-            debug!(session_id = %Hex(session_id), "session deadline passed; proposing expiry");
-            let txn = Txn::CloseSession {
-                session_id,
-                reason: CloseReason::Expired,
-            };
-            proposal(shared, txn)
+            info!(session_id = %Hex(session_id), ?decider, "session deadline passed; proposing expiry");
+            proposal(shared, decider.txn(Decision::Expire { session_id }))
         })
         .collect()
 }
 
 /// Deletions of the containers and TTL nodes due by now, at most
-/// `reap_batch_max` of them.
+/// `reap_batch_max` of them, if this server decides them.
 pub fn due_nodes(shared: &Shared) -> Vec<Proposal> {
+    let Some(decider) = shared.decider() else {
+        return Vec::new();
+    };
     let now_ms = shared.clock.wall_ms();
     let due = shared
         .state
         .read()
         .tree
         .reap_candidates(now_ms, shared.config.reap_batch_max);
-    due.into_iter().map(|txn| proposal(shared, txn)).collect()
+    due.iter()
+        .filter_map(Decision::of)
+        .map(|decision| proposal(shared, decider.txn(decision)))
+        .collect()
 }

@@ -41,10 +41,21 @@ impl Refusal {
     }
 }
 
+/// A member cut off from the ensemble's majority takes no session: the
+/// majority would not hear of it (see `crate::cluster::contact`). The
+/// client tries another member.
+fn refuse_if_cut_off(shared: &Shared) -> Result<(), Refusal> {
+    match shared.vouches() {
+        true => Ok(()),
+        false => Err(Refusal::new(ErrorCode::Unavailable, super::CUT_OFF)),
+    }
+}
+
 /// Opens a session for a client whose connection proves `origin`, with a
 /// timeout negotiated from `requested_ms`; answers once its creation is
 /// applied here.
 pub async fn open(shared: &Shared, requested_ms: u32, origin: Origin) -> Result<Grant, Refusal> {
+    refuse_if_cut_off(shared)?;
     let timeout_ms = negotiate_timeout_ms(requested_ms, shared.config.tick_ms);
     let session_id = loop {
         let id: u64 = rand::random();
@@ -89,6 +100,7 @@ pub fn check(
     session_id: SessionId,
     password: [u8; SESSION_PASSWORD_BYTES],
 ) -> Result<Grant, Refusal> {
+    refuse_if_cut_off(shared)?;
     let expired = || {
         Refusal::new(
             ErrorCode::SessionExpired,

@@ -1,0 +1,152 @@
+//! Whether this member may vouch for its clients' sessions.
+//!
+//! Only the leader expires sessions, from the touches that reach it. A
+//! member cut off from the leader (or, leading, from a quorum) could go on
+//! answering its clients while the majority, hearing none of their
+//! touches, expires their sessions and grants their locks to others. So a
+//! member serves clients only while it has fresh proof that it belongs to
+//! the working majority:
+//!
+//! * leading: a quorum acknowledged it within [`CONTACT_STALE_MS`];
+//! * following: an append from its leader arrived within
+//!   [`CONTACT_STALE_MS`], and the leader acknowledged a batch of session
+//!   touches sent within that plus one touch interval.
+//!
+//! Without it the member closes its client connections and refuses new
+//! ones, so clients move to a member that reaches the majority long before
+//! their sessions could expire there (a ZooKeeper follower does the same
+//! when it loses its leader). Every time here is the server's monotonic
+//! clock, which keeps running while the process is stopped: a member that
+//! wakes from a pause has no fresh proof until it hears again.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How old the proof may be: two of the longest election timeouts. A
+/// healthy follower hears every heartbeat (50 ms), and an election after a
+/// leader is lost takes about one election timeout, so a member that only
+/// waits for an election keeps its clients. Well within a third of the
+/// shortest session timeout at the default tick (4 s), which leaves a
+/// client most of its timeout to reach another member.
+pub const CONTACT_STALE_MS: u64 = 2 * super::bootstrap::ELECTION_TIMEOUT_MAX_MS;
+
+/// "Never": no proof yet.
+const NEVER_MS: u64 = u64::MAX;
+
+/// What this member knows of its place in the ensemble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    /// In an election, or not yet part of one.
+    Leaderless,
+}
+
+/// The latest proofs of contact, as monotonic milliseconds.
+#[derive(Debug)]
+pub struct Contact {
+    quorum_acked_ms: AtomicU64,
+    leader_heard_ms: AtomicU64,
+    touches_acked_ms: AtomicU64,
+}
+
+impl Default for Contact {
+    fn default() -> Self {
+        Self {
+            quorum_acked_ms: AtomicU64::new(NEVER_MS),
+            leader_heard_ms: AtomicU64::new(NEVER_MS),
+            touches_acked_ms: AtomicU64::new(NEVER_MS),
+        }
+    }
+}
+
+impl Contact {
+    /// A quorum acknowledged this member, leading, at `at_ms`.
+    pub fn quorum_acked(&self, at_ms: u64) {
+        raise(&self.quorum_acked_ms, at_ms);
+    }
+
+    /// An append from the leader was accepted at `at_ms`.
+    pub fn leader_heard(&self, at_ms: u64) {
+        raise(&self.leader_heard_ms, at_ms);
+    }
+
+    /// The leader acknowledged touches this member sent at `sent_ms`.
+    pub fn touches_acked(&self, sent_ms: u64) {
+        raise(&self.touches_acked_ms, sent_ms);
+    }
+
+    /// Whether a member in `role` may vouch for its clients at `now_ms`;
+    /// followers send their touches every `touch_interval_ms`.
+    pub fn vouches(&self, role: Role, now_ms: u64, touch_interval_ms: u64) -> bool {
+        let fresh = |proof: &AtomicU64, allowance_ms: u64| {
+            let at_ms = proof.load(Ordering::Acquire);
+            at_ms != NEVER_MS && now_ms.saturating_sub(at_ms) <= allowance_ms
+        };
+        match role {
+            Role::Leader => fresh(&self.quorum_acked_ms, CONTACT_STALE_MS),
+            Role::Follower => {
+                fresh(&self.leader_heard_ms, CONTACT_STALE_MS)
+                    && fresh(&self.touches_acked_ms, CONTACT_STALE_MS + touch_interval_ms)
+            }
+            Role::Leaderless => false,
+        }
+    }
+}
+
+/// Moves `proof` forward to `at_ms` (proofs arrive out of order).
+fn raise(proof: &AtomicU64, at_ms: u64) {
+    let at_ms = at_ms.min(NEVER_MS - 1);
+    let _ = proof.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+        (old == NEVER_MS || old < at_ms).then_some(at_ms)
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOUCH_MS: u64 = 1000;
+
+    #[test]
+    fn nothing_is_vouched_for_before_any_proof() {
+        let contact = Contact::default();
+        for role in [Role::Leader, Role::Follower, Role::Leaderless] {
+            assert!(!contact.vouches(role, 0, TOUCH_MS), "{role:?}");
+        }
+    }
+
+    #[test]
+    fn a_leader_vouches_while_a_quorum_acknowledged_it_lately() {
+        let contact = Contact::default();
+        contact.quorum_acked(1_000);
+        assert!(contact.vouches(Role::Leader, 1_000 + CONTACT_STALE_MS, TOUCH_MS));
+        assert!(!contact.vouches(Role::Leader, 1_001 + CONTACT_STALE_MS, TOUCH_MS));
+        assert!(!contact.vouches(Role::Leaderless, 1_000, TOUCH_MS));
+    }
+
+    #[test]
+    fn a_follower_needs_both_the_leaders_appends_and_acknowledged_touches() {
+        let contact = Contact::default();
+        contact.leader_heard(5_000);
+        assert!(
+            !contact.vouches(Role::Follower, 5_000, TOUCH_MS),
+            "no touch acknowledged yet"
+        );
+        contact.touches_acked(4_900);
+        assert!(contact.vouches(Role::Follower, 5_000, TOUCH_MS));
+        // Appends stop: the leader is gone, whatever the touches said.
+        assert!(!contact.vouches(Role::Follower, 5_001 + CONTACT_STALE_MS, TOUCH_MS));
+        // Appends go on but touches are not acknowledged.
+        contact.leader_heard(7_000);
+        assert!(!contact.vouches(Role::Follower, 7_000, TOUCH_MS));
+    }
+
+    #[test]
+    fn late_proofs_never_move_time_back() {
+        let contact = Contact::default();
+        contact.leader_heard(3_000);
+        contact.leader_heard(2_000);
+        contact.touches_acked(3_000);
+        assert!(contact.vouches(Role::Follower, 3_000 + CONTACT_STALE_MS, TOUCH_MS));
+    }
+}
