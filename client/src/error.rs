@@ -186,6 +186,7 @@ impl Error {
             ErrorCode::BadRequest => Error::BadRequest,
             ErrorCode::Internal => Error::Internal,
             ErrorCode::InvalidAcl => Error::InvalidAcl,
+            ErrorCode::OutcomeUnknown => Error::ConnectionLoss,
         }
     }
 

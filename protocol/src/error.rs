@@ -66,4 +66,9 @@ pub enum ErrorCode {
     /// `auth` in a session that has proved no id.
     #[error("invalid ACL")]
     InvalidAcl,
+    /// The request may or may not have taken effect: the ensemble's leader
+    /// changed under it, or did not answer in time. The connection stays
+    /// open; clients report it as a connection loss (ZooKeeper's code).
+    #[error("outcome unknown")]
+    OutcomeUnknown,
 }

@@ -64,7 +64,11 @@ pub trait Ensemble: Send + Sync {
     /// Whether this member may serve its clients: it has fresh proof that
     /// it belongs to the ensemble's working majority, so the majority will
     /// not expire a session it answers for (see `crate::cluster::contact`).
-    fn vouches(&self) -> bool;
+    fn vouches(&self) -> bool {
+        self.standing() == Standing::Serving
+    }
+    /// Where this member stands with its clients now.
+    fn standing(&self) -> Standing;
     /// This member's view of the ensemble.
     fn status(&self) -> arbor_protocol::ClusterStatus;
     /// Whether this member can serve clients now: it knows a leader that
@@ -77,6 +81,20 @@ pub trait Ensemble: Send + Sync {
         id: u64,
         addrs: Option<(String, String)>,
     ) -> BoxFuture<'static, Result<(), ErrorCode>>;
+}
+
+/// Where a server stands with its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// It serves them: standalone, or a member in contact with the
+    /// ensemble's majority.
+    Serving,
+    /// A member that has not yet been in contact since it started: it will
+    /// likely serve in a moment.
+    Joining,
+    /// A member that lost contact with the majority: its clients must go
+    /// elsewhere.
+    CutOff,
 }
 
 /// Who decides expiries and reaping on this server.
@@ -158,9 +176,14 @@ impl Shared {
     /// Whether this server may serve its clients now: a standalone server
     /// always, a member while it reaches the ensemble's majority.
     pub fn vouches(&self) -> bool {
+        self.standing() == Standing::Serving
+    }
+
+    /// Where this server stands with its clients now.
+    pub fn standing(&self) -> Standing {
         self.ensemble
             .get()
-            .is_none_or(|ensemble| ensemble.vouches())
+            .map_or(Standing::Serving, |ensemble| ensemble.standing())
     }
 
     pub fn last_zxid(&self) -> Zxid {

@@ -85,9 +85,10 @@ pub const RESULT_NAMES: [&str; RESULTS] = [
     "bad_request",
     "internal",
     "invalid_acl",
+    "outcome_unknown",
 ];
 
-const RESULTS: usize = 21;
+const RESULTS: usize = 22;
 
 /// Latency classes, each with its own histogram.
 pub const CLASS_NAMES: [&str; CLASSES] = ["read", "write", "other"];
@@ -151,6 +152,7 @@ pub fn result_slot<T>(result: &Result<T, ErrorCode>) -> usize {
         ErrorCode::BadRequest => 18,
         ErrorCode::Internal => 19,
         ErrorCode::InvalidAcl => 20,
+        ErrorCode::OutcomeUnknown => 21,
     }
 }
 

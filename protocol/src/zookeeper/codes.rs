@@ -57,6 +57,7 @@ pub mod err {
     pub const OK: i32 = 0;
     pub const SYSTEM_ERROR: i32 = -1;
     pub const RUNTIME_INCONSISTENCY: i32 = -2;
+    pub const CONNECTION_LOSS: i32 = -4;
     pub const MARSHALLING_ERROR: i32 = -5;
     pub const UNIMPLEMENTED: i32 = -6;
     pub const OPERATION_TIMEOUT: i32 = -7;
@@ -141,6 +142,9 @@ pub fn error_code(code: ErrorCode) -> i32 {
         // No leader for now: the client retries, as after a timeout.
         ErrorCode::NotLeader | ErrorCode::Unavailable => err::OPERATION_TIMEOUT,
         ErrorCode::Internal => err::SYSTEM_ERROR,
+        // What ZooKeeper's clients raise when a write's fate is unknown;
+        // here it comes without losing the connection.
+        ErrorCode::OutcomeUnknown => err::CONNECTION_LOSS,
     }
 }
 

@@ -8,9 +8,13 @@
 //! the working majority:
 //!
 //! * leading: a quorum acknowledged it within [`CONTACT_STALE_MS`];
-//! * following: an append from its leader arrived within
-//!   [`CONTACT_STALE_MS`], and the leader acknowledged a batch of session
-//!   touches sent within that plus one touch interval.
+//! * following, or in an election: an append from its (last) leader
+//!   arrived within [`CONTACT_STALE_MS`], and the leader acknowledged a
+//!   batch of session touches sent within that plus one touch interval.
+//!   An election does not end the proof: no leader can expire a session
+//!   before it has been elected, and the new one gives every session a
+//!   full timeout; a member cut off loses the proof all the same, once its
+//!   last append is that old.
 //!
 //! Without it the member closes its client connections and refuses new
 //! ones, so clients move to a member that reaches the majority long before
@@ -19,15 +23,15 @@
 //! clock, which keeps running while the process is stopped: a member that
 //! wakes from a pause has no fresh proof until it hears again.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// How old the proof may be: two of the longest election timeouts. A
-/// healthy follower hears every heartbeat (50 ms), and an election after a
-/// leader is lost takes about one election timeout, so a member that only
-/// waits for an election keeps its clients. Well within a third of the
+/// How old the proof may be. A healthy follower hears every heartbeat
+/// (50 ms), and an election after the leader is lost usually ends within
+/// this (a leader lease and an election timeout), so members that only
+/// wait for an election keep their clients. Well within a third of the
 /// shortest session timeout at the default tick (4 s), which leaves a
 /// client most of its timeout to reach another member.
-pub const CONTACT_STALE_MS: u64 = 2 * super::bootstrap::ELECTION_TIMEOUT_MAX_MS;
+pub const CONTACT_STALE_MS: u64 = 600;
 
 /// "Never": no proof yet.
 const NEVER_MS: u64 = u64::MAX;
@@ -47,6 +51,8 @@ pub struct Contact {
     quorum_acked_ms: AtomicU64,
     leader_heard_ms: AtomicU64,
     touches_acked_ms: AtomicU64,
+    /// Whether this member has vouched for its clients since it started.
+    vouched: AtomicBool,
 }
 
 impl Default for Contact {
@@ -55,6 +61,7 @@ impl Default for Contact {
             quorum_acked_ms: AtomicU64::new(NEVER_MS),
             leader_heard_ms: AtomicU64::new(NEVER_MS),
             touches_acked_ms: AtomicU64::new(NEVER_MS),
+            vouched: AtomicBool::new(false),
         }
     }
 }
@@ -75,6 +82,12 @@ impl Contact {
         raise(&self.touches_acked_ms, sent_ms);
     }
 
+    /// Whether this member ever vouched since it started: one that never
+    /// did is still joining (it started a moment ago), not cut off.
+    pub fn ever_vouched(&self) -> bool {
+        self.vouched.load(Ordering::Acquire)
+    }
+
     /// Whether a member in `role` may vouch for its clients at `now_ms`;
     /// followers send their touches every `touch_interval_ms`.
     pub fn vouches(&self, role: Role, now_ms: u64, touch_interval_ms: u64) -> bool {
@@ -82,14 +95,17 @@ impl Contact {
             let at_ms = proof.load(Ordering::Acquire);
             at_ms != NEVER_MS && now_ms.saturating_sub(at_ms) <= allowance_ms
         };
-        match role {
+        let vouches = match role {
             Role::Leader => fresh(&self.quorum_acked_ms, CONTACT_STALE_MS),
-            Role::Follower => {
+            Role::Follower | Role::Leaderless => {
                 fresh(&self.leader_heard_ms, CONTACT_STALE_MS)
                     && fresh(&self.touches_acked_ms, CONTACT_STALE_MS + touch_interval_ms)
             }
-            Role::Leaderless => false,
+        };
+        if vouches {
+            self.vouched.store(true, Ordering::Release);
         }
+        vouches
     }
 }
 
@@ -113,6 +129,16 @@ mod tests {
         for role in [Role::Leader, Role::Follower, Role::Leaderless] {
             assert!(!contact.vouches(role, 0, TOUCH_MS), "{role:?}");
         }
+        assert!(
+            !contact.ever_vouched(),
+            "a member that never vouched is joining"
+        );
+        contact.leader_heard(10);
+        assert!(!contact.vouches(Role::Follower, 10, TOUCH_MS));
+        assert!(!contact.ever_vouched(), "one proof is not enough to vouch");
+        contact.touches_acked(10);
+        assert!(contact.vouches(Role::Follower, 10, TOUCH_MS));
+        assert!(contact.ever_vouched());
     }
 
     #[test]
@@ -121,7 +147,19 @@ mod tests {
         contact.quorum_acked(1_000);
         assert!(contact.vouches(Role::Leader, 1_000 + CONTACT_STALE_MS, TOUCH_MS));
         assert!(!contact.vouches(Role::Leader, 1_001 + CONTACT_STALE_MS, TOUCH_MS));
-        assert!(!contact.vouches(Role::Leaderless, 1_000, TOUCH_MS));
+        assert!(
+            !contact.vouches(Role::Follower, 1_000, TOUCH_MS),
+            "a leader's own acknowledgements say nothing of a follower"
+        );
+    }
+
+    #[test]
+    fn an_election_keeps_a_members_proof_until_it_is_stale() {
+        let contact = Contact::default();
+        contact.leader_heard(1_000);
+        contact.touches_acked(1_000);
+        assert!(contact.vouches(Role::Leaderless, 1_000 + CONTACT_STALE_MS, TOUCH_MS));
+        assert!(!contact.vouches(Role::Leaderless, 1_001 + CONTACT_STALE_MS, TOUCH_MS));
     }
 
     #[test]

@@ -126,7 +126,8 @@ fn touch(member: &Arc<Member>, shared: &Shared, leader: MemberId) {
 /// clients (see [`super::contact`]); handshakes and requests are refused
 /// meanwhile by prep.
 pub async fn close_when_cut_off(member: Arc<Member>, shared: Arc<Shared>, stop: CancellationToken) {
-    let mut cut_off = false;
+    // A member starts with no proof; its first change is to serving.
+    let mut cut_off = true;
     loop {
         tokio::select! {
             () = tokio::time::sleep(CUT_OFF_CHECK_INTERVAL) => {}

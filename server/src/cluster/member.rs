@@ -9,8 +9,10 @@
 //! member answers only after its *own* apply of the entry, so the client
 //! has seen the change's watch events first and its next read (served
 //! locally) sees its write. A write whose fate is unknown (the leader
-//! changed under it) is not answered: its connection is closed, and the
-//! client sees a connection loss, as it would with ZooKeeper.
+//! changed under it, or did not answer within [`FORWARD_ANSWER_TIMEOUT`])
+//! is answered `OutcomeUnknown`, which clients report as a connection loss
+//! (ZooKeeper's `ConnectionLoss` on its port); the connection itself, and
+//! the pings and writes behind that write, go on.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +33,7 @@ use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
 use super::types::{Command, Outcome, TypeConfig, Write};
 use crate::clock::Clock;
-use crate::context::Ensemble;
+use crate::context::{Ensemble, Standing};
 use crate::pipeline::commit::{Proposal, WriteResult};
 
 /// How long `sync` or a follower's write may wait for the local apply of
@@ -236,10 +238,14 @@ impl Ensemble for Member {
         }
     }
 
-    fn vouches(&self) -> bool {
+    fn standing(&self) -> Standing {
         let (role, _) = self.role();
-        self.contact
-            .vouches(role, self.clock.monotonic_ms(), self.touch_interval_ms)
+        let now_ms = self.clock.monotonic_ms();
+        match self.contact.vouches(role, now_ms, self.touch_interval_ms) {
+            true => Standing::Serving,
+            false if self.contact.ever_vouched() => Standing::CutOff,
+            false => Standing::Joining,
+        }
     }
 
     fn change_member(
@@ -369,7 +375,7 @@ impl Ensemble for Member {
                 .peer(leader)
                 .map(|peer| peer.send(PeerRequest::ReadIndex))
             {
-                Some(Ok(answer)) => Some(answer),
+                Some(Ok(answer)) => Some((leader, answer)),
                 _ => return Box::pin(async { Err(ErrorCode::Unavailable) }),
             },
             None => return Box::pin(async { Err(ErrorCode::Unavailable) }),
@@ -377,10 +383,16 @@ impl Ensemble for Member {
         Box::pin(async move {
             let index = match asked {
                 None => read_index(&raft).await,
-                Some(answer) => match answer.await {
-                    Ok(PeerReply::ReadIndex(index)) => index,
-                    _ => Err(ForwardRefused::Unknown("no answer".into())),
-                },
+                // A leader that changed or went silent gives no index: the
+                // sync fails (it changed nothing) rather than hold up the
+                // replies behind it.
+                Some((leader, answer)) => {
+                    let deadline = tokio::time::Instant::now() + FORWARD_ANSWER_TIMEOUT;
+                    match answered_in_time(&raft, leader, deadline, answer).await {
+                        Ok(Ok(PeerReply::ReadIndex(index))) => index,
+                        _ => Err(ForwardRefused::Unknown("no answer".into())),
+                    }
+                }
             }
             .map_err(|_| ErrorCode::Unavailable)?;
             Member::applied(&raft, index).await
@@ -534,8 +546,10 @@ fn without_decisions(units: Vec<Unit>) -> Vec<Unit> {
 
 /// Hands each part its results: `Ok((index, results))` with one result per
 /// write; `Err(refused)` when the entry was not written (`NotLeader`) or its
-/// outcome is unknown. A local write whose outcome is unknown is not
-/// answered: its connection closes, and the client sees a connection loss.
+/// outcome is unknown. A local write whose outcome is unknown is answered
+/// `OutcomeUnknown` (a connection loss to the client), and its connection
+/// goes on: if the write did take effect, it did so before any later write
+/// of the session, which the next leader orders after it.
 fn distribute(parts: Vec<Part>, outcome: Result<(u64, Vec<WriteResult>), ForwardRefused>) {
     match outcome {
         Ok((index, results)) => {
@@ -556,15 +570,15 @@ fn distribute(parts: Vec<Part>, outcome: Result<(u64, Vec<WriteResult>), Forward
         }
         Err(refused) => {
             let local = match &refused {
-                ForwardRefused::NotLeader { .. } => Some(ErrorCode::NotLeader),
-                ForwardRefused::Rejected(_) => Some(ErrorCode::Unavailable),
-                ForwardRefused::Unknown(_) => None,
+                ForwardRefused::NotLeader { .. } => ErrorCode::NotLeader,
+                ForwardRefused::Rejected(_) => ErrorCode::Unavailable,
+                ForwardRefused::Unknown(_) => ErrorCode::OutcomeUnknown,
             };
             for part in parts {
                 match part {
                     Part::Local(reply) => {
-                        if let (Some(reply), Some(code)) = (reply, local) {
-                            let _ = reply.send(Err(code));
+                        if let Some(reply) = reply {
+                            let _ = reply.send(Err(local));
                         }
                     }
                     Part::Forwarded { reply, .. } => {
@@ -614,10 +628,9 @@ async fn replicate(member: &Arc<Member>, entry: Vec<Unit>, slot: Option<OwnedSem
                         Outcome::Writes(results) => Ok((response.log_id.index, results)),
                         Outcome::Nothing => Err(ForwardRefused::Unknown("no results".into())),
                     },
-                    // Not written; the writes behind it may be, through
-                    // the new leader, so the local ones go unanswered
-                    // (their connections close: the whole run is unknown
-                    // to the client, rather than a gap in its order).
+                    // This member stopped leading under it: it may yet be
+                    // committed by the next leader (ahead of anything the
+                    // session writes after), or not.
                     Ok(Err(err)) => Err(ForwardRefused::Unknown(err.to_string())),
                     Err(err) => Err(ForwardRefused::Unknown(err.to_string())),
                 };
@@ -661,12 +674,19 @@ async fn replicate(member: &Arc<Member>, entry: Vec<Unit>, slot: Option<OwnedSem
                 )
             }
             Err(why) => {
-                return distribute(split(local).1, Err(ForwardRefused::Unknown(why.into())))
+                peer.reset();
+                return distribute(split(local).1, Err(ForwardRefused::Unknown(why.into())));
             }
         }
         let parts = split(local).1;
         tokio::spawn(async move {
-            let outcome = match answered_in_time(&raft, leader, deadline, forwarded).await {
+            let answered = answered_in_time(&raft, leader, deadline, forwarded).await;
+            if answered.is_err() {
+                // Whatever still sits in the link to a silent or former
+                // leader must never arrive late.
+                peer.reset();
+            }
+            let outcome = match answered {
                 Ok(Ok(PeerReply::Forwarded(Ok((index, Outcome::Writes(results)))))) => {
                     match Member::applied(&raft, index).await {
                         Ok(()) => Ok((index, results)),

@@ -160,6 +160,9 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerStream for T {}
 pub struct PeerClient {
     addr: String,
     queue: mpsc::Sender<Outgoing>,
+    /// Tells the connection task to drop its connection (see
+    /// [`PeerClient::reset`]).
+    reset: Arc<tokio::sync::Notify>,
 }
 
 /// Whom a [`PeerClient`] connects to, and how.
@@ -180,8 +183,18 @@ impl PeerClient {
             addr: addr.clone(),
             tls,
         };
-        tokio::spawn(run_client(target, requests));
-        Self { addr, queue }
+        let reset = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(run_client(target, requests, reset.clone()));
+        Self { addr, queue, reset }
+    }
+
+    /// Drops the connection, failing what waits on it: for a peer that
+    /// stopped answering (a partition stalls a TCP connection for as long
+    /// as it lasts, and what sits in it would arrive late). The connection
+    /// is reset, not closed: bytes not yet delivered are thrown away. The
+    /// next request opens a new one.
+    pub fn reset(&self) {
+        self.reset.notify_one();
     }
 
     /// Sends `request` and waits for its answer.
@@ -255,6 +268,8 @@ async fn open(target: &Target) -> std::io::Result<Box<dyn PeerStream>> {
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
     let _ = stream.set_nodelay(true);
+    // Dropped, a connection is reset: nothing queued in it is sent later.
+    let _ = stream.set_zero_linger();
     crate::net::idle_spin::watch(&stream);
     Ok(match &target.tls {
         Some(tls) => Box::new(tls.connect(stream, target.id).await?),
@@ -262,7 +277,11 @@ async fn open(target: &Target) -> std::io::Result<Box<dyn PeerStream>> {
     })
 }
 
-async fn run_client(target: Target, mut requests: mpsc::Receiver<Outgoing>) {
+async fn run_client(
+    target: Target,
+    mut requests: mpsc::Receiver<Outgoing>,
+    reset: Arc<tokio::sync::Notify>,
+) {
     let addr = target.addr.clone();
     let mut next_id = 0u64;
     while let Some(first) = requests.recv().await {
@@ -284,57 +303,66 @@ async fn run_client(target: Target, mut requests: mpsc::Receiver<Outgoing>) {
         let mut framed = Framed::new(stream, codec());
         let waiting: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
         let mut pending = Some(first);
-        let failure =
-            loop {
-                let Outgoing {
-                    request,
-                    answer: waiter,
-                    sent,
-                } = match pending.take() {
-                    Some(item) => item,
-                    None => tokio::select! {
-                        item = requests.recv() => match item {
-                            Some(item) => item,
-                            None => return,
-                        },
-                        frame = framed.next() => match answer(&waiting, frame) {
-                            Ok(()) => continue,
-                            Err(reason) => break reason,
-                        },
+        let failure = loop {
+            let Outgoing {
+                request,
+                answer: waiter,
+                sent,
+            } = match pending.take() {
+                Some(item) => item,
+                None => tokio::select! {
+                    item = requests.recv() => match item {
+                        Some(item) => item,
+                        None => return,
                     },
-                };
-                next_id += 1;
-                let bytes = match encode(&Frame {
-                    id: next_id,
-                    body: request,
-                }) {
-                    Ok(bytes) => bytes,
-                    Err(reason) => {
-                        let failed = PeerError::Connection {
-                            addr: addr.clone(),
-                            reason: format!("cannot encode the request: {reason}"),
-                        };
-                        if let Some(sent) = sent {
-                            let _ = sent.send(Err(failed.clone()));
-                        }
-                        let _ = waiter.send(Err(failed));
-                        continue;
+                    frame = framed.next() => match answer(&waiting, frame) {
+                        Ok(()) => continue,
+                        Err(reason) => break reason,
+                    },
+                    () = reset.notified() => break "reset: the peer stopped answering".to_owned(),
+                },
+            };
+            next_id += 1;
+            let bytes = match encode(&Frame {
+                id: next_id,
+                body: request,
+            }) {
+                Ok(bytes) => bytes,
+                Err(reason) => {
+                    let failed = PeerError::Connection {
+                        addr: addr.clone(),
+                        reason: format!("cannot encode the request: {reason}"),
+                    };
+                    if let Some(sent) = sent {
+                        let _ = sent.send(Err(failed.clone()));
                     }
-                };
-                waiting.lock().insert(next_id, waiter);
-                let written = framed.send(bytes).await;
-                if let Some(sent) = sent {
-                    let _ = sent.send(written.as_ref().map(|_| ()).map_err(|err| {
-                        PeerError::Connection {
-                            addr: addr.clone(),
-                            reason: err.to_string(),
-                        }
-                    }));
-                }
-                if let Err(err) = written {
-                    break err.to_string();
+                    let _ = waiter.send(Err(failed));
+                    continue;
                 }
             };
+            waiting.lock().insert(next_id, waiter);
+            // A send that waits for room (the peer reads nothing) ends
+            // on a reset too.
+            let written = tokio::select! {
+                written = framed.send(bytes) => written,
+                () = reset.notified() => Err(std::io::Error::other("reset: the peer stopped reading")),
+            };
+            if let Some(sent) = sent {
+                let _ =
+                    sent.send(
+                        written
+                            .as_ref()
+                            .map(|_| ())
+                            .map_err(|err| PeerError::Connection {
+                                addr: addr.clone(),
+                                reason: err.to_string(),
+                            }),
+                    );
+            }
+            if let Err(err) = written {
+                break err.to_string();
+            }
+        };
         debug!(%addr, reason = %failure, "peer connection lost");
         for (_, waiter) in waiting.lock().drain() {
             let _ = waiter.send(Err(PeerError::Connection {

@@ -40,6 +40,8 @@ pub(super) async fn handshake<S: AsyncRead + Unpin>(
     origin: Origin,
 ) -> Result<SessionId, Option<ServerMessage>> {
     let request = first_request(frames, wire, shared).await?;
+    let refused = |Refusal { code, message }| Some(closing(code, message));
+    sessions::admit(shared).await.map_err(refused)?;
     let server_zxid = shared.last_zxid();
     if request.last_zxid_seen > server_zxid {
         let message = format!(
@@ -48,7 +50,6 @@ pub(super) async fn handshake<S: AsyncRead + Unpin>(
         );
         return Err(Some(closing(ErrorCode::Unavailable, message)));
     }
-    let refused = |Refusal { code, message }| Some(closing(code, message));
     let grant = match request.session {
         None => sessions::open(shared, request.session_timeout_ms, origin.clone()).await,
         Some(credentials) => sessions::check(shared, credentials.id, credentials.password),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use arbor_protocol::{ErrorCode, SessionId, SESSION_PASSWORD_BYTES};
 
 use crate::acl::identity::Origin;
-use crate::context::Shared;
+use crate::context::{Shared, Standing};
 use crate::session::negotiate_timeout_ms;
 use crate::txn::Txn;
 
@@ -41,21 +41,35 @@ impl Refusal {
     }
 }
 
-/// A member cut off from the ensemble's majority takes no session: the
-/// majority would not hear of it (see `crate::cluster::contact`). The
-/// client tries another member.
-fn refuse_if_cut_off(shared: &Shared) -> Result<(), Refusal> {
-    match shared.vouches() {
-        true => Ok(()),
-        false => Err(Refusal::new(ErrorCode::Unavailable, super::CUT_OFF)),
+/// Lets a handshake go on once this server serves: at once if it does; a
+/// member still joining (just started) after it has joined, if that takes
+/// at most [`JOINING_WAIT`]; a member cut off from the majority never (the
+/// majority would not hear of the session: the client tries another).
+pub async fn admit(shared: &Shared) -> Result<(), Refusal> {
+    let deadline = tokio::time::Instant::now() + JOINING_WAIT;
+    loop {
+        match shared.standing() {
+            Standing::Serving => return Ok(()),
+            Standing::Joining if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(JOINING_POLL).await
+            }
+            Standing::Joining | Standing::CutOff => {
+                return Err(Refusal::new(ErrorCode::Unavailable, super::CUT_OFF))
+            }
+        }
     }
 }
+
+/// How long a handshake may wait for a starting member to join, and how
+/// often it looks: joining takes an append and a touch, tens of
+/// milliseconds, unless the member starts cut off.
+const JOINING_WAIT: Duration = Duration::from_secs(2);
+const JOINING_POLL: Duration = Duration::from_millis(20);
 
 /// Opens a session for a client whose connection proves `origin`, with a
 /// timeout negotiated from `requested_ms`; answers once its creation is
 /// applied here.
 pub async fn open(shared: &Shared, requested_ms: u32, origin: Origin) -> Result<Grant, Refusal> {
-    refuse_if_cut_off(shared)?;
     let timeout_ms = negotiate_timeout_ms(requested_ms, shared.config.tick_ms);
     let session_id = loop {
         let id: u64 = rand::random();
@@ -100,7 +114,6 @@ pub fn check(
     session_id: SessionId,
     password: [u8; SESSION_PASSWORD_BYTES],
 ) -> Result<Grant, Refusal> {
-    refuse_if_cut_off(shared)?;
     let expired = || {
         Refusal::new(
             ErrorCode::SessionExpired,
@@ -167,7 +180,9 @@ async fn propose_through_leader_changes(
         let code = match result.await {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(code)) if landed(attempt, code) => return Ok(()),
-            Ok(Err(code @ (ErrorCode::NotLeader | ErrorCode::Unavailable))) => code,
+            Ok(Err(
+                code @ (ErrorCode::NotLeader | ErrorCode::Unavailable | ErrorCode::OutcomeUnknown),
+            )) => code,
             Ok(Err(code)) => return Err(code),
             Err(_) => ErrorCode::Unavailable,
         };
