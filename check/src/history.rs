@@ -13,7 +13,7 @@
 //! empty before the run). A session's marker is deleted only by the
 //! ensemble, when the session ends: nothing in the workload deletes it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -169,5 +169,33 @@ impl SessionLife {
             SessionEnd::Closed { at_us } => Some(at_us),
             _ => None,
         }
+    }
+
+    /// When the session is known to have expired by, if it ended by expiry
+    /// (its marker's deletion was first seen at `deleted_us`, or its client
+    /// was told). A close sent at the very moment counts as a close: no
+    /// check may call a closed session expired.
+    pub fn expired_us(&self, deleted_us: Option<u64>) -> Option<u64> {
+        let told_us = match self.end {
+            SessionEnd::Expired { seen_us } => Some(seen_us),
+            _ => None,
+        };
+        let expired_us = deleted_us.into_iter().chain(told_us).min()?;
+        match self.close_sent_us() {
+            Some(close_us) if close_us <= expired_us => None,
+            _ => Some(expired_us),
+        }
+    }
+}
+
+impl History {
+    /// For each session, when an observer first saw its marker deleted.
+    pub fn first_deletions(&self) -> HashMap<u64, u64> {
+        let mut first: HashMap<u64, u64> = HashMap::new();
+        for deletion in &self.marker_deletions {
+            let seen_us = first.entry(deletion.session).or_insert(deletion.seen_us);
+            *seen_us = (*seen_us).min(deletion.seen_us);
+        }
+        first
     }
 }

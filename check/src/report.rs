@@ -119,7 +119,7 @@ impl Counts {
     pub fn of(history: &History) -> Counts {
         let ops = &history.registers;
         let count = |keep: &dyn Fn(&Operation) -> bool| ops.iter().filter(|op| keep(op)).count();
-        let deletions = crate::sessions::first_deletions(history);
+        let deletions = history.first_deletions();
         let sessions = &history.sessions;
         let ends =
             |keep: &dyn Fn(&SessionLife) -> bool| sessions.iter().filter(|life| keep(life)).count();
@@ -133,7 +133,8 @@ impl Counts {
             observations: history.observations.len(),
             sessions: sessions.len(),
             sessions_expired: ends(&|life| {
-                crate::sessions::expired_us(life, deletions.get(&life.session).copied()).is_some()
+                life.expired_us(deletions.get(&life.session).copied())
+                    .is_some()
             }),
             sessions_closed: ends(&|life| matches!(life.end, SessionEnd::Closed { .. })),
             sessions_abandoned: ends(&|life| matches!(life.end, SessionEnd::Abandoned { .. })),

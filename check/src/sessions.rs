@@ -15,14 +15,12 @@
 //! then), or if its own synced `exists` found the marker absent: that
 //! answer proves the session alive, and its ephemeral should be too.
 
-use std::collections::HashMap;
-
-use crate::history::{History, SessionEnd, SessionLife};
+use crate::history::{History, SessionLife};
 use crate::report::{Report, Violation};
 use crate::CheckConfig;
 
 pub(crate) fn check(history: &History, config: &CheckConfig, report: &mut Report) {
-    let deletions = first_deletions(history);
+    let deletions = history.first_deletions();
     for life in &history.sessions {
         let deleted_us = deletions.get(&life.session).copied();
         check_expiry(life, deleted_us, config, report);
@@ -38,38 +36,13 @@ pub(crate) fn check(history: &History, config: &CheckConfig, report: &mut Report
         }));
 }
 
-/// For each session, when an observer first saw its marker deleted.
-pub(crate) fn first_deletions(history: &History) -> HashMap<u64, u64> {
-    let mut first: HashMap<u64, u64> = HashMap::new();
-    for deletion in &history.marker_deletions {
-        let seen_us = first.entry(deletion.session).or_insert(deletion.seen_us);
-        *seen_us = (*seen_us).min(deletion.seen_us);
-    }
-    first
-}
-
-/// When the session is known to have expired by, if it ended by expiry.
-/// A close sent at the very moment counts as a close: this check must not
-/// call a closed session expired.
-pub(crate) fn expired_us(life: &SessionLife, deleted_us: Option<u64>) -> Option<u64> {
-    let told_us = match life.end {
-        SessionEnd::Expired { seen_us } => Some(seen_us),
-        _ => None,
-    };
-    let expired_us = deleted_us.into_iter().chain(told_us).min()?;
-    match life.close_sent_us() {
-        Some(close_us) if close_us <= expired_us => None,
-        _ => Some(expired_us),
-    }
-}
-
 fn check_expiry(
     life: &SessionLife,
     deleted_us: Option<u64>,
     config: &CheckConfig,
     report: &mut Report,
 ) {
-    let Some(expired_us) = expired_us(life, deleted_us) else {
+    let Some(expired_us) = life.expired_us(deleted_us) else {
         return;
     };
     let heard_us = life
@@ -114,6 +87,7 @@ fn check_heard_after_deletion(life: &SessionLife, deleted_us: Option<u64>, repor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::SessionEnd;
     use crate::history::{MarkerCheck, MarkerDeletion};
 
     const TIMEOUT_US: u64 = 6_000_000;

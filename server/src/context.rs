@@ -97,6 +97,11 @@ pub enum Standing {
     CutOff,
 }
 
+/// What a client of a member cut off from the majority is told, when its
+/// connection is closed or its handshake refused.
+pub const CUT_OFF_MESSAGE: &str =
+    "this member cannot reach the ensemble's majority; try another member";
+
 /// Who decides expiries and reaping on this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decider {

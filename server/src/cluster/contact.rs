@@ -33,6 +33,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// client most of its timeout to reach another member.
 pub const CONTACT_STALE_MS: u64 = 600;
 
+/// Followers touch their clients' sessions at the leader at most this
+/// long apart: a touch's answer is also part of a follower's proof.
+const TOUCH_INTERVAL_MAX_MS: u64 = 250;
+
+/// How often a follower touches: half a tick (ZooKeeper's), at most
+/// [`TOUCH_INTERVAL_MAX_MS`].
+pub fn touch_interval_ms(tick_ms: u32) -> u64 {
+    (u64::from(tick_ms) / 2).clamp(1, TOUCH_INTERVAL_MAX_MS)
+}
+
 /// "Never": no proof yet.
 const NEVER_MS: u64 = u64::MAX;
 

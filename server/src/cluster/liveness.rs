@@ -24,20 +24,10 @@ use super::contact::Role;
 use super::member::Member;
 use super::peer::{PeerReply, PeerRequest};
 use super::records::MemberId;
-use crate::context::{Ensemble, Shared};
-use crate::pipeline::prep;
-
-/// Followers touch at most this long apart: a touch round trip is also
-/// the proof a follower needs to serve (see [`super::contact`]).
-const TOUCH_INTERVAL_MAX_MS: u64 = 250;
+use crate::context::{Ensemble, Shared, CUT_OFF_MESSAGE};
 
 /// How often a member checks that it may still serve its clients.
 const CUT_OFF_CHECK_INTERVAL: Duration = Duration::from_millis(50);
-
-/// Half a tick (ZooKeeper's), at most [`TOUCH_INTERVAL_MAX_MS`].
-pub fn touch_interval_ms(tick_ms: u32) -> u64 {
-    (u64::from(tick_ms) / 2).clamp(1, TOUCH_INTERVAL_MAX_MS)
-}
 
 /// Follows who leads and this member's term as leader; see the module
 /// docs.
@@ -148,7 +138,7 @@ pub async fn close_when_cut_off(member: Arc<Member>, shared: Arc<Shared>, stop: 
             );
             continue;
         }
-        let closed = shared.connections.lock().close_all(prep::CUT_OFF);
+        let closed = shared.connections.lock().close_all(CUT_OFF_MESSAGE);
         if role == Role::Leader {
             warn!(
                 member = member.id(),

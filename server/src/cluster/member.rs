@@ -25,10 +25,9 @@ use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info};
 
-use super::contact::{Contact, Role};
-use super::liveness::touch_interval_ms;
+use super::contact::{touch_interval_ms, Contact, Role, CONTACT_STALE_MS};
 use super::peer::{ForwardRefused, PeerClient, PeerError, PeerReply, PeerRequest};
-use super::peer_server::{change_member, read_index};
+use super::peer_server::{change_member, read_index, Forwarded};
 use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
 use super::types::{Command, Outcome, TypeConfig, Write};
@@ -63,11 +62,6 @@ const REPLICATE_BATCH_MAX: usize = 1024;
 /// frame.
 const ENTRY_BYTES_MAX: usize = 1024 * 1024;
 const NO_LEADER: u64 = u64::MAX;
-
-/// A leader no quorum has answered for this long is not ready: its
-/// followers will have started an election after at most one election
-/// timeout; twice that leaves room for a slow heartbeat.
-const QUORUM_ACK_STALE_MS: u64 = 2 * super::bootstrap::ELECTION_TIMEOUT_MAX_MS;
 
 /// Entries a follower may have received and not yet applied and still be
 /// ready: more means its reads lag the leader's writes by more than a
@@ -149,7 +143,7 @@ impl Member {
         (role, metrics.current_term)
     }
 
-    /// Records that this member, if it leads, follows `leader`.
+    /// Records who leads, as this member now knows; who it knew before.
     pub(super) fn set_leader(&self, leader: Option<MemberId>) -> Option<MemberId> {
         match self
             .leader
@@ -341,7 +335,8 @@ impl Ensemble for Member {
                 self.id, metrics.current_term
             )),
             Some(leader) if leader == self.id => match metrics.millis_since_quorum_ack {
-                Some(ms) if ms <= QUORUM_ACK_STALE_MS => Ok(()),
+                // Past this, it stops serving its clients too.
+                Some(ms) if ms <= CONTACT_STALE_MS => Ok(()),
                 Some(ms) => Err(format!(
                     "member {} leads but no quorum has answered it for {ms} ms",
                     self.id
@@ -398,19 +393,6 @@ impl Ensemble for Member {
             Member::applied(&raft, index).await
         })
     }
-}
-
-/// Forwarded batches waiting for the replicator; a full queue holds up the
-/// followers' forward connections (back-pressure).
-pub const FORWARDS_QUEUED_MAX: usize = 1024;
-
-/// Writes a follower forwarded to this member, waiting for its replicator.
-#[derive(Debug)]
-pub struct Forwarded {
-    pub writes: Vec<Write>,
-    /// The index of the entry that holds them and their results, or why
-    /// they were not written.
-    pub reply: oneshot::Sender<Result<(u64, Outcome), ForwardRefused>>,
 }
 
 /// Where the results of one entry's writes go, in the entry's order.

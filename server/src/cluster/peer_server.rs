@@ -18,15 +18,28 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::contact::Contact;
-use super::member::Forwarded;
 use super::peer::{
     codec, decode, encode, ForwardRefused, PeerReply, PeerRequest, PeerStream,
     PEER_REQUESTS_IN_FLIGHT_MAX,
 };
 use super::peer_tls::PeerTls;
 use super::records::{MemberAddr, MemberId};
-use super::types::TypeConfig;
+use super::types::{Outcome, TypeConfig, Write};
 use crate::context::Shared;
+
+/// Forwarded batches waiting for the replicator; a full queue holds up the
+/// followers' forward connections (back-pressure).
+pub const FORWARDS_QUEUED_MAX: usize = 1024;
+
+/// Writes a follower forwarded to this member, waiting for its replicator
+/// (`super::member::run_replicator`).
+#[derive(Debug)]
+pub struct Forwarded {
+    pub writes: Vec<Write>,
+    /// The index of the entry that holds them and their results, or why
+    /// they were not written.
+    pub reply: oneshot::Sender<Result<(u64, Outcome), ForwardRefused>>,
+}
 
 #[derive(serde::Deserialize)]
 struct Frame<T> {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::{debug, info};
 
-use crate::context::{Decider, Shared};
+use crate::context::{Decider, Shared, CUT_OFF_MESSAGE};
 use crate::pipeline::commit::{Proposal, WriteResult};
 use crate::pipeline::read;
 use crate::txn::{CloseReason, Decision, Txn};
@@ -48,10 +48,6 @@ pub enum Then {
     /// Not answered: the connection closes after what it owes, saying why.
     Leave(ErrorCode, &'static str),
 }
-
-/// Why a member cut off from the majority serves no request and takes no
-/// session.
-pub const CUT_OFF: &str = "this member cannot reach the ensemble's majority; try another member";
 
 impl Prepped {
     fn answer(result: WriteResult) -> Self {
@@ -80,7 +76,7 @@ pub fn request(shared: &Arc<Shared>, session_id: SessionId, xid: u64, op: Op) ->
         // client must go where its session is heard (see
         // `crate::cluster::contact`).
         return Prepped {
-            then: Then::Leave(ErrorCode::Unavailable, CUT_OFF),
+            then: Then::Leave(ErrorCode::Unavailable, CUT_OFF_MESSAGE),
             last: true,
         };
     }

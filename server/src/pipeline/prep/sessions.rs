@@ -8,7 +8,7 @@ use std::time::Duration;
 use arbor_protocol::{ErrorCode, SessionId, SESSION_PASSWORD_BYTES};
 
 use crate::acl::identity::Origin;
-use crate::context::{Shared, Standing};
+use crate::context::{Shared, Standing, CUT_OFF_MESSAGE};
 use crate::session::negotiate_timeout_ms;
 use crate::txn::Txn;
 
@@ -54,7 +54,7 @@ pub async fn admit(shared: &Shared) -> Result<(), Refusal> {
                 tokio::time::sleep(JOINING_POLL).await
             }
             Standing::Joining | Standing::CutOff => {
-                return Err(Refusal::new(ErrorCode::Unavailable, super::CUT_OFF))
+                return Err(Refusal::new(ErrorCode::Unavailable, CUT_OFF_MESSAGE))
             }
         }
     }
