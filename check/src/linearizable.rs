@@ -289,11 +289,12 @@ impl Search<'_> {
     }
 }
 
+/// Operations of key 0, for the tests of this crate's register checks.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod ops {
+    use super::{Input, Operation, Output, Register};
 
-    fn op(input: Input, output: Output, call: u64, ret: u64) -> Operation {
+    pub(crate) fn op(input: Input, output: Output, call: u64, ret: u64) -> Operation {
         Operation {
             key: 0,
             input,
@@ -303,7 +304,7 @@ mod tests {
         }
     }
 
-    fn read(value: u64, version: i32, call: u64, ret: u64) -> Operation {
+    pub(crate) fn read(value: u64, version: i32, call: u64, ret: u64) -> Operation {
         op(
             Input::Read,
             Output::Read(Register { value, version }),
@@ -312,7 +313,7 @@ mod tests {
         )
     }
 
-    fn write(value: u64, version: i32, call: u64, ret: u64) -> Operation {
+    pub(crate) fn write(value: u64, version: i32, call: u64, ret: u64) -> Operation {
         op(
             Input::Write { value },
             Output::Written { version },
@@ -320,6 +321,12 @@ mod tests {
             ret,
         )
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ops::{op, read, write};
+    use super::*;
 
     #[test]
     fn a_read_overlapping_a_write_may_see_either_value() {

@@ -91,16 +91,7 @@ mod tests {
 
     use super::*;
     use crate::history::MemberFinal;
-
-    fn write(value: u64, version: i32, call: u64, ret: u64) -> Operation {
-        Operation {
-            key: 0,
-            input: Input::Write { value },
-            output: Output::Written { version },
-            call,
-            ret,
-        }
-    }
+    use crate::linearizable::ops::write;
 
     fn member(name: &str, value: u64, version: i32) -> MemberFinal {
         MemberFinal {

@@ -359,7 +359,7 @@ fn failed_swaps_fit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linearizable;
+    use crate::linearizable::{self, ops::op, ops::read, ops::write};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
@@ -367,34 +367,6 @@ mod tests {
         value: 0,
         version: 0,
     };
-
-    fn op(input: Input, output: Output, call: u64, ret: u64) -> Operation {
-        Operation {
-            key: 0,
-            input,
-            output,
-            call,
-            ret,
-        }
-    }
-
-    fn read(value: u64, version: i32, call: u64, ret: u64) -> Operation {
-        op(
-            Input::Read,
-            Output::Read(Register { value, version }),
-            call,
-            ret,
-        )
-    }
-
-    fn write(value: u64, version: i32, call: u64, ret: u64) -> Operation {
-        op(
-            Input::Write { value },
-            Output::Written { version },
-            call,
-            ret,
-        )
-    }
 
     #[test]
     fn a_stale_read_after_a_completed_write_is_caught() {

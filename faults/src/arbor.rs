@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use crate::lab::Lab;
 use crate::process::{Proc, ProcError};
-use crate::zookeeper::four_letter_word;
 
 pub const NATIVE_PORT: u16 = 7181;
 pub const ZK_PORT: u16 = 2181;
@@ -225,11 +224,7 @@ impl ArborEnsemble {
 
     /// `leader` or `follower`, as `srvr` on the ZooKeeper port says.
     fn mode(&self, member: usize) -> Option<String> {
-        let answer = four_letter_word(self.zk_addr(member), "srvr")?;
-        answer
-            .lines()
-            .find_map(|line| line.strip_prefix("Mode: "))
-            .map(|mode| mode.trim().to_owned())
+        crate::zookeeper::mode(self.zk_addr(member))
     }
 
     /// Whether the admin port's `/ready` answers 200.

@@ -364,11 +364,7 @@ impl ZkEnsemble {
 
     /// `srvr`'s Mode from server `server`, or None if it does not serve.
     fn mode(&self, server: usize) -> Option<String> {
-        let answer = four_letter_word(self.client_addr(server), "srvr")?;
-        answer
-            .lines()
-            .find_map(|line| line.strip_prefix("Mode: "))
-            .map(|mode| mode.trim().to_string())
+        mode(self.client_addr(server))
     }
 
     /// Each server's state: None if it is not up (exited or paused), else
@@ -440,6 +436,16 @@ fn describe(states: &[Option<String>]) -> String {
         format!("server {}: {state}", index + 1)
     });
     each.collect::<Vec<_>>().join("; ")
+}
+
+/// The Mode `srvr` reports at `addr` (`leader`, `follower`, ...), if it
+/// answers: ZooKeeper's and arbord's ZooKeeper port alike.
+pub fn mode(addr: SocketAddr) -> Option<String> {
+    let answer = four_letter_word(addr, "srvr")?;
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix("Mode: "))
+        .map(|mode| mode.trim().to_string())
 }
 
 /// Sends `word` to a ZooKeeper client port and reads the answer to EOF;

@@ -111,6 +111,29 @@ pub struct Tracked {
     pub marker: String,
 }
 
+/// A session of a helper (an observer, a probe) pinned to `server`:
+/// `None` once the run stops; after a failed attempt, `Some(None)` a
+/// moment later, so the caller tries again.
+pub async fn open_pinned(
+    context: &Context,
+    protocol: Protocol,
+    server: &str,
+    retry_pause: Duration,
+) -> Option<Option<Session>> {
+    let opening = Session::open(protocol, server, context.session_timeout);
+    let opened = tokio::select! {
+        opened = opening => opened,
+        () = context.stop.cancelled() => return None,
+    };
+    match opened {
+        Ok(session) => Some(Some(session)),
+        Err(_) => {
+            tokio::time::sleep(retry_pause).await;
+            Some(None)
+        }
+    }
+}
+
 /// Opens a session on `servers` for `process` and creates its marker,
 /// retrying until it has both or the run stops.
 pub async fn open_tracked(

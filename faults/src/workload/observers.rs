@@ -10,7 +10,7 @@ use std::time::Duration;
 use arbor_check::MarkerDeletion;
 use tracing::debug;
 
-use super::{marker_session, Context, MARKERS};
+use super::{marker_session, open_pinned, Context, MARKERS};
 use crate::client::{Protocol, Session};
 
 /// Pause before an observer opens a new session or watch.
@@ -20,13 +20,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 pub async fn run(context: Context, member: usize, protocol: Protocol) {
     let server = context.servers.one(protocol, member);
     while !context.stop.is_cancelled() {
-        let opening = Session::open(protocol, &server, context.session_timeout);
-        let opened = tokio::select! {
-            opened = opening => opened,
-            () = context.stop.cancelled() => return,
+        let Some(opened) = open_pinned(&context, protocol, &server, RETRY_PAUSE).await else {
+            return;
         };
-        let Ok(session) = opened else {
-            tokio::time::sleep(RETRY_PAUSE).await;
+        let Some(session) = opened else {
             continue;
         };
         tokio::select! {

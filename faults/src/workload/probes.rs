@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Context, ROOT};
-use crate::client::{Protocol, Session};
+use super::{open_pinned, Context, ROOT};
+use crate::client::Protocol;
 
 /// Pause between a probe's writes.
 const PROBE_INTERVAL: Duration = Duration::from_millis(10);
@@ -37,13 +37,10 @@ pub async fn run(context: Context, member: usize, protocol: Protocol, acks: Acks
     let server = context.servers.one(protocol, member);
     let path = probe_path(member);
     while !context.stop.is_cancelled() {
-        let opening = Session::open(protocol, &server, context.session_timeout);
-        let opened = tokio::select! {
-            opened = opening => opened,
-            () = context.stop.cancelled() => return,
+        let Some(opened) = open_pinned(&context, protocol, &server, RETRY_PAUSE).await else {
+            return;
         };
-        let Ok(session) = opened else {
-            tokio::time::sleep(RETRY_PAUSE).await;
+        let Some(session) = opened else {
             continue;
         };
         let mut written = 0u64;
