@@ -424,11 +424,13 @@ enum Waiter {
     TimedOut,
     /// Our own ping; the reply only proves the server is alive.
     Heartbeat,
-    /// Our own ping, answered already: a server answers pings at once,
-    /// ahead of replies it still owes, so a write held up in the server
-    /// never makes a live connection look dead. Its place is dropped when
-    /// it reaches the front.
-    HeartbeatAnswered,
+    /// A ping answered already (`heartbeat`: ours): a server answers pings
+    /// at once, ahead of replies it still owes, so a write held up in the
+    /// server never makes a live connection look dead. Its place is
+    /// dropped when it reaches the front.
+    Answered {
+        heartbeat: bool,
+    },
     /// The `CloseSession` sent because every handle was dropped.
     CloseOnDrop,
     /// One batch of watches registered again after a resume; kept to end its
@@ -1027,23 +1029,24 @@ impl Connection {
         }
     }
 
-    /// Forgets an answered heartbeat at the front of `pending`; the next
-    /// may then be sent (one at a time holds a place, as the invariants
-    /// count).
-    fn drop_answered_heartbeats(&mut self) {
-        while self
-            .pending
-            .front()
-            .is_some_and(|pending| matches!(pending.waiter, Waiter::HeartbeatAnswered))
+    /// Forgets the pings answered early at the front of `pending`; once
+    /// our heartbeat's place is gone, the next may be sent (one at a time
+    /// holds a place, as the invariants count).
+    fn drop_answered_pings(&mut self) {
+        while let Some(Waiter::Answered { heartbeat }) =
+            self.pending.front().map(|pending| &pending.waiter)
         {
+            if *heartbeat {
+                self.heartbeat_outstanding = false;
+            }
             self.pending.pop_front();
-            self.heartbeat_outstanding = false;
         }
     }
 
-    /// Whether `xid` is our heartbeat, answered ahead of the requests sent
-    /// before it; it keeps its place (xids in `pending` stay consecutive).
-    fn heartbeat_answered_early(&mut self, xid: u64) -> bool {
+    /// Whether `xid` is a ping (ours or a caller's) answered ahead of the
+    /// requests sent before it: its caller hears now, and it keeps its
+    /// place (xids in `pending` stay consecutive) without a deadline.
+    fn ping_answered_early(&mut self, xid: u64, result: &Result<OpResult, ErrorCode>) -> bool {
         let Some(front) = self.pending.front().map(|pending| pending.xid) else {
             return false;
         };
@@ -1054,10 +1057,25 @@ impl Connection {
         else {
             return false;
         };
-        if pending.xid != xid || !matches!(pending.waiter, Waiter::Heartbeat) {
+        if pending.xid != xid || pending.op_name != Op::Ping.name() {
             return false;
         }
-        pending.waiter = Waiter::HeartbeatAnswered;
+        let heartbeat = matches!(pending.waiter, Waiter::Heartbeat);
+        match std::mem::replace(&mut pending.waiter, Waiter::Answered { heartbeat }) {
+            Waiter::Caller(reply) => {
+                let _ = reply.send(Ok(Reply {
+                    result: result.clone(),
+                }));
+            }
+            Waiter::Heartbeat | Waiter::TimedOut | Waiter::Answered { .. } => {}
+            other @ (Waiter::CloseOnDrop | Waiter::SetWatches(_)) => {
+                pending.waiter = other;
+                return false;
+            }
+        }
+        if let Some(at) = self.deadlines.iter().position(|due| due.xid == xid) {
+            self.deadlines.remove(at);
+        }
         true
     }
 
@@ -1068,9 +1086,9 @@ impl Connection {
         result: Result<OpResult, ErrorCode>,
     ) -> Option<Exit> {
         self.shared.observe_zxid(zxid);
-        self.drop_answered_heartbeats();
+        self.drop_answered_pings();
         let expected = self.pending.front().map(|pending| pending.xid);
-        if expected != Some(xid) && self.heartbeat_answered_early(xid) {
+        if expected != Some(xid) && self.ping_answered_early(xid, &result) {
             return None;
         }
         if expected != Some(xid) {
@@ -1113,7 +1131,10 @@ impl Connection {
                 }
             }
             Waiter::TimedOut => self.drop_provisional(&pending.effect),
-            Waiter::Heartbeat | Waiter::HeartbeatAnswered => self.heartbeat_outstanding = false,
+            Waiter::Heartbeat | Waiter::Answered { heartbeat: true } => {
+                self.heartbeat_outstanding = false
+            }
+            Waiter::Answered { heartbeat: false } => {}
             Waiter::CloseOnDrop => {}
             Waiter::SetWatches(batch) => {
                 self.set_watches_outstanding -= 1;

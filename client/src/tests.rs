@@ -275,6 +275,40 @@ async fn pings_when_idle() {
     assert_eq!(exists.expect("still connected"), None);
 }
 
+// Proves pings answered ahead of a reply still owed (as servers now do) keep the
+// connection up and every reply in step: a caller's ping and our heartbeat.
+#[tokio::test]
+async fn pings_answered_ahead_of_owed_replies_keep_replies_in_step() {
+    let options = ClientOptions::default().with_session_timeout(Duration::from_millis(600));
+    let (client, mut peer) = start_with(options, 1024).await;
+    let server = async {
+        let (write, op) = peer.request().await;
+        assert!(matches!(op, Op::GetData { .. }), "{op:?}");
+        let (ping, op) = peer.request().await;
+        assert_eq!(op, Op::Ping);
+        // The caller's ping first, then (after the client's own heartbeat,
+        // also answered at once) the reply it was sent behind.
+        peer.reply(ping, 101, Ok(OpResult::Pong)).await;
+        let (heartbeat, op) = peer.request().await;
+        assert_eq!(op, Op::Ping);
+        peer.reply(heartbeat, 102, Ok(OpResult::Pong)).await;
+        let result = OpResult::Data {
+            data: b"late".to_vec(),
+            stat: stat(1),
+        };
+        peer.reply(write, 103, Ok(result)).await;
+    };
+    let late = client.get_data("/slow");
+    let ping = async {
+        tokio::task::yield_now().await;
+        client.ping().await
+    };
+    let (late, pong, ()) = tokio::join!(late, ping, server);
+    pong.expect("the ping is answered before the read");
+    assert_eq!(late.expect("the read is answered after").0, b"late");
+    assert_eq!(client.state(), ConnectionState::Connected);
+}
+
 // Proves that a server that goes silent is given up after 2/3 of the session timeout.
 #[tokio::test]
 async fn silent_server_is_connection_loss() {
