@@ -26,11 +26,11 @@ if [ "$ZK_SEEDS" -gt 0 ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
 fi
 mkdir -p "$OUT"
-suite() { ./target/release/arbor-faults --dir "$OUT" --faults-for "$FAULTS_FOR" "$@"; }
+suite() { ./target/release/arbor-faults --dir "$OUT" "$@"; }
 
 status=0
 echo "== Arbor: $SEEDS seeds ($ARBORD)"
-suite --arbord "$ARBORD" --seeds "$SEEDS" | tee "$OUT/summary-arbor.txt" || status=1
+suite --arbord "$ARBORD" --seeds "$SEEDS" --faults-for "$FAULTS_FOR" | tee "$OUT/summary-arbor.txt" || status=1
 
 echo "== Controls: planted faults the checks must catch"
 for plant in early-expiry stale-read dropped-child; do
@@ -41,7 +41,7 @@ done
 if [ "$ZK_SEEDS" -gt 0 ]; then
     for timing in shipped tuned; do
         echo "== Control: Apache ZooKeeper ($timing timing), $ZK_SEEDS seeds"
-        suite --target zookeeper --zk-timing "$timing" --seeds "$ZK_SEEDS" \
+        suite --target zookeeper --zk-timing "$timing" --seeds "$ZK_SEEDS" --faults-for "$FAULTS_FOR" \
             | tee "$OUT/summary-zookeeper-$timing.txt" || status=1
     done
 fi

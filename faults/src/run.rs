@@ -85,10 +85,18 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome, RunError> {
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    std::fs::create_dir_all(&options.dir).map_err(|source| RunError::Records {
-        dir: options.dir.clone(),
-        source,
-    })?;
+    // Absolute: the servers run elsewhere than here (ZooKeeper refuses a
+    // relative data directory).
+    let dir = std::fs::create_dir_all(&options.dir)
+        .and_then(|()| std::path::absolute(&options.dir))
+        .map_err(|source| RunError::Records {
+            dir: options.dir.clone(),
+            source,
+        })?;
+    let options = &RunOptions {
+        dir,
+        ..options.clone()
+    };
     let lab = Lab::new(3)?;
     let mut target =
         Target::start(&options.target, &lab, &options.dir).map_err(RunError::Target)?;
