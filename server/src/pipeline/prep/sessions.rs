@@ -41,30 +41,42 @@ impl Refusal {
     }
 }
 
-/// Lets a handshake go on once this server serves: at once if it does; a
-/// member still joining (just started) after it has joined, if that takes
-/// at most [`JOINING_WAIT`]; a member cut off from the majority never (the
-/// majority would not hear of the session: the client tries another).
+/// Lets a handshake go on once this server serves: at once if it does;
+/// otherwise once it does again, if that takes at most [`JOINING_WAIT`]
+/// for a member still joining (just started) or [`CUT_OFF_WAIT`] for one
+/// cut off from the majority; else never (the majority would not hear of
+/// the session: the client tries another member).
 pub async fn admit(shared: &Shared) -> Result<(), Refusal> {
-    let deadline = tokio::time::Instant::now() + JOINING_WAIT;
+    let started = tokio::time::Instant::now();
     loop {
+        let waited = started.elapsed();
         match shared.standing() {
             Standing::Serving => return Ok(()),
-            Standing::Joining if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(JOINING_POLL).await
-            }
+            Standing::Joining if waited < JOINING_WAIT => {}
+            Standing::CutOff if waited < CUT_OFF_WAIT => {}
             Standing::Joining | Standing::CutOff => {
                 return Err(Refusal::new(ErrorCode::Unavailable, CUT_OFF_MESSAGE))
             }
         }
+        tokio::time::sleep(STANDING_POLL).await;
     }
 }
 
-/// How long a handshake may wait for a starting member to join, and how
-/// often it looks: joining takes an append and a touch, tens of
-/// milliseconds, unless the member starts cut off.
+/// How long a handshake may wait for a starting member to join: joining
+/// takes an append and a touch, tens of milliseconds, unless the member
+/// starts cut off.
 const JOINING_WAIT: Duration = Duration::from_secs(2);
-const JOINING_POLL: Duration = Duration::from_millis(20);
+
+/// How long a handshake may wait for a member cut off from the majority
+/// to be in contact again. Most often the member only waits for an
+/// election that ends in a moment, and its clients, closed when its proof
+/// went stale, are reconnecting to it: held, they are served as soon as
+/// it ends instead of after their reconnect backoff. Short, because a
+/// member truly cut off delays each client that tries it by this much.
+const CUT_OFF_WAIT: Duration = Duration::from_millis(500);
+
+/// How often a waiting handshake looks at the member's standing.
+const STANDING_POLL: Duration = Duration::from_millis(10);
 
 /// Opens a session for a client whose connection proves `origin`, with a
 /// timeout negotiated from `requested_ms`; answers once its creation is
