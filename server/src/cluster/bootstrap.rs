@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use super::campaign::{ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_MS};
 use super::contact::Contact;
 use super::liveness::{close_when_cut_off, send_touches, watch_leadership};
 use super::log_files::{LogError, LogOptions};
@@ -30,19 +31,6 @@ use crate::pipeline::commit::Proposal;
 use crate::storage::snapshot::SnapshotError;
 use crate::storage::snapshotter;
 
-/// Raft's timing: heartbeats every 50 ms; a follower that stops hearing
-/// them waits out the leader's lease (openraft's: the longest election
-/// timeout) and its own election timeout before it stands. With 300–600 ms,
-/// the first write acknowledged after `kill -9` of the leader came 2.4 s
-/// later at the median over 20 kills (debug build, three members and the
-/// test on two cores); with 150–300 ms, 1.2 s over 6. After a leader is cut
-/// off or stopped (the fault suite, release build), 150–300 ms took 450–660
-/// ms to elect in one round and 1.1–1.5 s in two; 100–200 ms takes 390–460
-/// ms and 775–790 ms, inside the 600 ms a follower waits before it stops
-/// serving (`super::contact`) in most elections.
-const HEARTBEAT_MS: u64 = 50;
-const ELECTION_TIMEOUT_MIN_MS: u64 = 100;
-pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 200;
 /// How long sending a snapshot chunk, and installing the last one, may
 /// take. Installing loads the whole tree to verify it (about 2 s for a
 /// million nodes in a release build); openraft's 200 ms default made a

@@ -92,6 +92,13 @@ impl Contact {
         raise(&self.touches_acked_ms, sent_ms);
     }
 
+    /// Whether an append from the leader arrived within `window_ms` of
+    /// `now_ms`.
+    pub fn heard_leader_within(&self, now_ms: u64, window_ms: u64) -> bool {
+        let at_ms = self.leader_heard_ms.load(Ordering::Acquire);
+        at_ms != NEVER_MS && now_ms.saturating_sub(at_ms) <= window_ms
+    }
+
     /// Whether this member ever vouched since it started: one that never
     /// did is still joining (it started a moment ago), not cut off.
     pub fn ever_vouched(&self) -> bool {
@@ -187,6 +194,15 @@ mod tests {
         // Appends go on but touches are not acknowledged.
         contact.leader_heard(7_000);
         assert!(!contact.vouches(Role::Follower, 7_000, TOUCH_MS));
+    }
+
+    #[test]
+    fn the_leader_was_heard_within_a_window_or_not() {
+        let contact = Contact::default();
+        assert!(!contact.heard_leader_within(1_000, 10_000), "never heard");
+        contact.leader_heard(1_000);
+        assert!(contact.heard_leader_within(1_200, 200));
+        assert!(!contact.heard_leader_within(1_201, 200));
     }
 
     #[test]

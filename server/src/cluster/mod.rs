@@ -21,6 +21,7 @@
 //! * [`member`]: what a running member adds to the server (its write path,
 //!   who leads, `sync`); [`liveness`]: its sessions' liveness at the
 //!   leader, and [`contact`]: when it may vouch for its clients at all;
+//!   [`campaign`]: when it stands for election sooner than raft's timers;
 //!   [`bootstrap`] starts and stops it.
 //!
 //! An entry carries a batch of writes ([`types::Command`]); each write
@@ -30,6 +31,7 @@
 //! its node) keeps increasing through a failover.
 
 pub mod bootstrap;
+pub mod campaign;
 pub mod contact;
 pub mod liveness;
 pub mod log_files;

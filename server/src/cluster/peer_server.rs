@@ -11,12 +11,13 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::raft::AppendEntriesResponse;
 use openraft::{ChangeMembers, Raft};
 use std::collections::BTreeSet;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::campaign::{suspect_leader, vote};
 use super::contact::Contact;
 use super::peer::{
     codec, decode, encode, ForwardRefused, PeerReply, PeerRequest, PeerStream,
@@ -242,7 +243,9 @@ async fn serve_connection(stream: Box<dyn PeerStream>, link: Link, stop: Cancell
                             }
                             PeerReply::Append(answer)
                         }
-                        PeerRequest::Vote(rpc) => PeerReply::Vote(raft.vote(rpc).await),
+                        PeerRequest::Vote(rpc) => {
+                            PeerReply::Vote(vote(raft, contact, clock, rpc).await)
+                        }
                         PeerRequest::Snapshot(rpc) => {
                             PeerReply::Snapshot(raft.install_snapshot(rpc).await)
                         }
@@ -270,74 +273,6 @@ fn heard_from_leader(
     answer: &Result<AppendEntriesResponse<MemberId>, RaftError<MemberId>>,
 ) -> bool {
     matches!(answer, Ok(response) if !matches!(response, AppendEntriesResponse::HigherVote(_)))
-}
-
-/// How long the probe of a leader's peer port may take. A refusal comes
-/// back at once; anything slower proves nothing and is left to the timers.
-const LEADER_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// Probes of a leader's peer port, [`LEADER_PROBE_INTERVAL`] apart: a dying
-/// process may close its connections a moment before its listener.
-const LEADER_PROBES: usize = 5;
-const LEADER_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// Whether `peer` refuses connections within [`LEADER_PROBES`] tries.
-async fn refuses(peer: &str) -> bool {
-    for _ in 0..LEADER_PROBES {
-        match tokio::time::timeout(LEADER_PROBE_TIMEOUT, TcpStream::connect(peer)).await {
-            Ok(Err(err)) if err.kind() == std::io::ErrorKind::ConnectionRefused => return true,
-            Ok(Ok(_accepted)) => tokio::time::sleep(LEADER_PROBE_INTERVAL).await,
-            Ok(Err(_)) | Err(_) => return false,
-        }
-    }
-    false
-}
-
-/// How long the highest-numbered surviving voter waits before it stands,
-/// so that the others have stood first (see [`suspect_leader`]).
-const HIGHEST_STANDS_AFTER: std::time::Duration = std::time::Duration::from_millis(30);
-
-/// The connection the leader replicated over has closed. If the leader's
-/// peer port now refuses connections, its process is gone (`kill -9`, a
-/// crash): elect a new leader at once instead of waiting out the leader
-/// lease and an election timeout, as ZooKeeper's followers react to the
-/// leader's socket closing. A leader that is only slow or cut off does not
-/// refuse, and is left to the timers.
-///
-/// A follower still inside its leader lease refuses to vote, but a
-/// candidate grants a vote of the same term from a higher-numbered member
-/// (openraft orders votes by term, then member id). So every surviving
-/// voter but the highest-numbered stands at once, which ends its lease, and
-/// the highest stands a moment later and collects their votes: one round
-/// instead of a split vote and an election timeout.
-async fn suspect_leader(raft: Raft<TypeConfig>, leader: MemberId) {
-    let (me, peer, highest) = {
-        let metrics = raft.metrics();
-        let metrics = metrics.borrow();
-        if metrics.current_leader != Some(leader) || metrics.id == leader {
-            return;
-        }
-        let membership = metrics.membership_config.membership();
-        let Some(addr) = membership.get_node(&leader) else {
-            return;
-        };
-        let highest = membership.voter_ids().filter(|id| *id != leader).max();
-        (metrics.id, addr.peer.clone(), highest)
-    };
-    if !refuses(&peer).await {
-        debug!(leader, %peer, "the leader's connection closed, but its port does not refuse");
-        return;
-    }
-    if highest == Some(me) {
-        tokio::time::sleep(HIGHEST_STANDS_AFTER).await;
-    }
-    if raft.metrics().borrow().current_leader != Some(leader) {
-        return;
-    }
-    info!(leader, %peer, "the leader's peer port refuses connections: standing for election");
-    if let Err(fatal) = raft.trigger().elect().await {
-        warn!(error = %fatal, "cannot stand for election");
-    }
 }
 
 /// Adds a member (as a learner until it has caught up, then as a voter) or
