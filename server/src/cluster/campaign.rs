@@ -81,8 +81,10 @@ const HIGHEST_STANDS_AFTER: Duration = Duration::from_millis(30);
 /// (openraft orders votes by term, then member id). So every surviving
 /// voter but the highest-numbered stands at once, which ends its lease, and
 /// the highest stands a moment later and collects their votes: one round
-/// instead of a split vote and an election timeout.
-pub async fn suspect_leader(raft: Raft<TypeConfig>, leader: MemberId) {
+/// instead of a split vote and an election timeout. Every connection from
+/// the dead leader closes at once; only the first stands (one stand per
+/// term), or each would take another term while the others catch up.
+pub async fn suspect_leader(raft: Raft<TypeConfig>, contact: Arc<Contact>, leader: MemberId) {
     let (me, peer, highest) = {
         let metrics = raft.metrics();
         let metrics = metrics.borrow();
@@ -103,7 +105,15 @@ pub async fn suspect_leader(raft: Raft<TypeConfig>, leader: MemberId) {
     if highest == Some(me) {
         tokio::time::sleep(HIGHEST_STANDS_AFTER).await;
     }
-    if raft.metrics().borrow().current_leader != Some(leader) {
+    let term = {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.current_leader != Some(leader) {
+            return;
+        }
+        metrics.current_term
+    };
+    if !contact.claim_stand(term) {
         return;
     }
     info!(leader, %peer, "the leader's peer port refuses connections: standing for election");
@@ -136,8 +146,9 @@ pub async fn vote(
 /// out its own timers, and stands at a term whose vote the candidate's own
 /// outranks (openraft orders votes by term, then member id): two or three
 /// rounds, up to 1.25 s without a leader in the fault suite. So unless it
-/// leads, or heard from its leader within the lease (then the refusal was
-/// the lease's, and the leader lives), this member stands at once, at the
+/// leads, or follows a leader it heard from within the lease (then the
+/// refusal was the lease's, and the leader lives; in an election there is
+/// no lease), this member stands at once, at the
 /// first term whose vote outranks the candidate's, and the candidate, whose
 /// log is no newer, grants it.
 async fn outrank(
@@ -151,7 +162,9 @@ async fn outrank(
         let metrics = metrics.borrow();
         (metrics.id, metrics.current_term, metrics.current_leader)
     };
-    if leader == Some(me) || contact.heard_leader_within(clock.monotonic_ms(), LEADER_LEASE_MS) {
+    let following =
+        leader.is_some() && contact.heard_leader_within(clock.monotonic_ms(), LEADER_LEASE_MS);
+    if leader == Some(me) || following {
         return;
     }
     let candidate = candidate.leader_id();
@@ -160,7 +173,7 @@ async fn outrank(
         false => candidate.term + 1,
     };
     let stands = outranking_term.saturating_sub(term);
-    if !(1..=OUTRANK_STANDS_MAX).contains(&stands) {
+    if !(1..=OUTRANK_STANDS_MAX).contains(&stands) || !contact.claim_stand(term) {
         return;
     }
     info!(

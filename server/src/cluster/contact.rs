@@ -61,6 +61,9 @@ pub struct Contact {
     quorum_acked_ms: AtomicU64,
     leader_heard_ms: AtomicU64,
     touches_acked_ms: AtomicU64,
+    /// One past the last term this member stood from by its own decision
+    /// (see [`super::campaign`]).
+    stood_past_term: AtomicU64,
     /// Whether this member has vouched for its clients since it started.
     vouched: AtomicBool,
 }
@@ -71,6 +74,7 @@ impl Default for Contact {
             quorum_acked_ms: AtomicU64::new(NEVER_MS),
             leader_heard_ms: AtomicU64::new(NEVER_MS),
             touches_acked_ms: AtomicU64::new(NEVER_MS),
+            stood_past_term: AtomicU64::new(0),
             vouched: AtomicBool::new(false),
         }
     }
@@ -97,6 +101,14 @@ impl Contact {
     pub fn heard_leader_within(&self, now_ms: u64, window_ms: u64) -> bool {
         let at_ms = self.leader_heard_ms.load(Ordering::Acquire);
         at_ms != NEVER_MS && now_ms.saturating_sub(at_ms) <= window_ms
+    }
+
+    /// Claims the one stand for election this member may start by its own
+    /// decision from `term`: several reasons to stand can arrive at once
+    /// (every connection from a dead leader closes), and each stand would
+    /// take another term.
+    pub fn claim_stand(&self, term: u64) -> bool {
+        self.stood_past_term.fetch_max(term + 1, Ordering::AcqRel) <= term
     }
 
     /// Whether this member ever vouched since it started: one that never
@@ -203,6 +215,17 @@ mod tests {
         contact.leader_heard(1_000);
         assert!(contact.heard_leader_within(1_200, 200));
         assert!(!contact.heard_leader_within(1_201, 200));
+    }
+
+    #[test]
+    fn one_stand_per_term() {
+        let contact = Contact::default();
+        assert!(contact.claim_stand(0));
+        assert!(!contact.claim_stand(0), "a second stand from term 0");
+        assert!(contact.claim_stand(7));
+        assert!(!contact.claim_stand(7));
+        assert!(!contact.claim_stand(3), "an older term");
+        assert!(contact.claim_stand(8));
     }
 
     #[test]

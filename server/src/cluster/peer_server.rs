@@ -263,7 +263,7 @@ async fn serve_connection(stream: Box<dyn PeerStream>, link: Link, stop: Cancell
     drop(answers);
     let _ = writer.await;
     if let Some(leader) = appended_by.filter(|_| !stop.is_cancelled()) {
-        tokio::spawn(suspect_leader(raft.clone(), leader));
+        tokio::spawn(suspect_leader(raft.clone(), contact.clone(), leader));
     }
 }
 
