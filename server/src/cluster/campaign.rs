@@ -148,9 +148,9 @@ pub async fn vote(
 /// rounds, up to 1.25 s without a leader in the fault suite. So unless it
 /// leads, or follows a leader it heard from within the lease (then the
 /// refusal was the lease's, and the leader lives; in an election there is
-/// no lease), this member stands at once, at the
-/// first term whose vote outranks the candidate's, and the candidate, whose
-/// log is no newer, grants it.
+/// no lease), this member stands at once, at the first term whose vote
+/// outranks the candidate's, and the candidate, whose log is no newer,
+/// grants it.
 async fn outrank(
     raft: Raft<TypeConfig>,
     contact: Arc<Contact>,

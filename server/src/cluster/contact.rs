@@ -99,8 +99,7 @@ impl Contact {
     /// Whether an append from the leader arrived within `window_ms` of
     /// `now_ms`.
     pub fn heard_leader_within(&self, now_ms: u64, window_ms: u64) -> bool {
-        let at_ms = self.leader_heard_ms.load(Ordering::Acquire);
-        at_ms != NEVER_MS && now_ms.saturating_sub(at_ms) <= window_ms
+        fresh(&self.leader_heard_ms, now_ms, window_ms)
     }
 
     /// Claims the one stand for election this member may start by its own
@@ -120,15 +119,15 @@ impl Contact {
     /// Whether a member in `role` may vouch for its clients at `now_ms`;
     /// followers send their touches every `touch_interval_ms`.
     pub fn vouches(&self, role: Role, now_ms: u64, touch_interval_ms: u64) -> bool {
-        let fresh = |proof: &AtomicU64, allowance_ms: u64| {
-            let at_ms = proof.load(Ordering::Acquire);
-            at_ms != NEVER_MS && now_ms.saturating_sub(at_ms) <= allowance_ms
-        };
         let vouches = match role {
-            Role::Leader => fresh(&self.quorum_acked_ms, CONTACT_STALE_MS),
+            Role::Leader => fresh(&self.quorum_acked_ms, now_ms, CONTACT_STALE_MS),
             Role::Follower | Role::Leaderless => {
-                fresh(&self.leader_heard_ms, CONTACT_STALE_MS)
-                    && fresh(&self.touches_acked_ms, CONTACT_STALE_MS + touch_interval_ms)
+                fresh(&self.leader_heard_ms, now_ms, CONTACT_STALE_MS)
+                    && fresh(
+                        &self.touches_acked_ms,
+                        now_ms,
+                        CONTACT_STALE_MS + touch_interval_ms,
+                    )
             }
         };
         if vouches {
@@ -136,6 +135,12 @@ impl Contact {
         }
         vouches
     }
+}
+
+/// Whether `proof` came at most `allowance_ms` before `now_ms`.
+fn fresh(proof: &AtomicU64, now_ms: u64, allowance_ms: u64) -> bool {
+    let at_ms = proof.load(Ordering::Acquire);
+    at_ms != NEVER_MS && now_ms.saturating_sub(at_ms) <= allowance_ms
 }
 
 /// Moves `proof` forward to `at_ms` (proofs arrive out of order).
