@@ -59,7 +59,8 @@ pub trait Ensemble: Send + Sync {
     /// decisions made once and then replicated, stamped with this term.
     fn leading_term(&self) -> Option<u64>;
     /// Completes once this member has applied everything the leader had
-    /// committed when it was called (`sync`: the next read is linearizable).
+    /// committed or held when it was called (`sync`: the next read is
+    /// linearizable, and sees any write handed to the leader before).
     fn sync(&self) -> BoxFuture<'static, Result<(), ErrorCode>>;
     /// Whether this member may serve its clients: it has fresh proof that
     /// it belongs to the ensemble's working majority, so the majority will

@@ -12,7 +12,10 @@
 //! changed under it, or did not answer within [`FORWARD_ANSWER_TIMEOUT`])
 //! is answered `OutcomeUnknown`, which clients report as a connection loss
 //! (ZooKeeper's `ConnectionLoss` on its port); the connection itself, and
-//! the pings and writes behind that write, go on.
+//! the pings and writes behind that write, go on. The answer waits until
+//! the member has applied all the current leader holds, so a read that
+//! looks for the write finds it if it ever takes effect (see
+//! `net::connection::responder`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -531,7 +534,8 @@ fn without_decisions(units: Vec<Unit>) -> Vec<Unit> {
 /// outcome is unknown. A local write whose outcome is unknown is answered
 /// `OutcomeUnknown` (a connection loss to the client), and its connection
 /// goes on: if the write did take effect, it did so before any later write
-/// of the session, which the next leader orders after it.
+/// of the session, which the next leader orders after it, and before the
+/// answer (which waits until the member knows).
 fn distribute(parts: Vec<Part>, outcome: Result<(u64, Vec<WriteResult>), ForwardRefused>) {
     match outcome {
         Ok((index, results)) => {

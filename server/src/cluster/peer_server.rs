@@ -327,11 +327,18 @@ pub async fn change_member(
     Ok(())
 }
 
-/// The index a linearizable read must wait for, if this member leads: its
-/// leadership confirmed by a quorum first.
+/// The index a `sync` waits for, if this member leads (its leadership
+/// confirmed by a quorum first): what it has committed, and also every
+/// entry it holds, as ZooKeeper's sync waits for the leader's outstanding
+/// proposals. A member that has applied this far knows the fate of every
+/// write it handed the leader before asking: committed, or overwritten by
+/// a later leader's log.
 pub async fn read_index(raft: &Raft<TypeConfig>) -> Result<u64, ForwardRefused> {
     match raft.get_read_log_id().await {
-        Ok((read, _)) => Ok(read.map_or(0, |id| id.index)),
+        Ok((read, _)) => {
+            let held = raft.metrics().borrow().last_log_index.unwrap_or(0);
+            Ok(read.map_or(0, |id| id.index).max(held))
+        }
         Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
             Err(ForwardRefused::NotLeader {
                 leader: forward.leader_id,

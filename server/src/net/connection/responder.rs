@@ -1,6 +1,9 @@
 //! The responder: answers what the reader queued, strictly in arrival
 //! order. It waits for a write's result before it runs a later read, so a
-//! session reads its own writes and its replies come in request order.
+//! session reads its own writes and its replies come in request order. A
+//! write whose outcome is unknown is answered so only once that outcome is
+//! settled at this member ([`settle`]): the read that looks for it next
+//! finds it if it ever takes effect.
 //!
 //! It exists only once a connection has had to queue something (a write
 //! handed to a busy committer, or a request behind one): a connection that
@@ -10,6 +13,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arbor_protocol::Hex;
 use arbor_protocol::{ErrorCode, SessionId};
@@ -95,19 +99,23 @@ async fn respond_loop(
                 xid,
                 started,
                 result,
-            } => match result.await {
-                Ok(result) => {
-                    stats.request_answered(started, &result);
-                    reply(xid, shared.last_zxid(), result)
-                }
-                // Nobody will say whether the write happened (the server is
-                // stopping, or an ensemble's leader changed under it). The
-                // connection closes unanswered, so the client sees a
-                // connection loss (outcome unknown), never a false answer.
-                Err(_) => {
+            } => {
+                let answer = match result.await {
+                    // Answered in place once its fate is known here.
+                    Ok(Err(ErrorCode::OutcomeUnknown)) if !settle(&shared).await => None,
+                    Ok(result) => Some(result),
+                    // Nobody will say whether the write happened (the
+                    // server is stopping, or an ensemble's leader changed
+                    // under it).
+                    Err(_) => None,
+                };
+                let Some(result) = answer else {
+                    // The connection closes unanswered, so the client sees
+                    // a connection loss (outcome unknown), never a false
+                    // answer, and reconnects.
                     info!(
                         session_id = %Hex(session_id),
-                        xid, "a write's outcome is unknown; closing the connection"
+                        xid, "a write's outcome is unknown here; closing the connection"
                     );
                     stats.request_unanswered(started);
                     let _ = outbound
@@ -118,8 +126,10 @@ async fn respond_loop(
                         .await;
                     give_up(pending, &shared);
                     return;
-                }
-            },
+                };
+                stats.request_answered(started, &result);
+                reply(xid, shared.last_zxid(), result)
+            }
             Pending::Read { xid, started, op } => {
                 // Its answer is made only once the client has read enough,
                 // and queued before the read lock is let go (see `read`).
@@ -140,6 +150,38 @@ async fn respond_loop(
             return;
         }
         owed.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long a write's unknown outcome may take to settle: an election
+/// and the new leader's first commit, with room to spare.
+const SETTLE_WAIT_MAX: Duration = Duration::from_secs(4);
+/// The pause before asking again while no leader answers.
+const SETTLE_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Waits until this member knows the fate of a write whose outcome it is
+/// about to answer as unknown (its leader died or went silent with the
+/// write): it has applied all the current leader holds, so the write is
+/// applied here if it ever will be. Only then may the connection go on: a
+/// client that looks for the write (Curator's protected mode, our queue
+/// recipes) reads next, and a lookup that missed a write committed a
+/// moment later would make it twice. False if no leader settled it in
+/// time; the connection must then end, and the session's claim on the
+/// member it resumes at settles it there. A standalone server has no such
+/// writes.
+async fn settle(shared: &Shared) -> bool {
+    let deadline = tokio::time::Instant::now() + SETTLE_WAIT_MAX;
+    loop {
+        let Some(ensemble) = shared.ensemble() else {
+            return true;
+        };
+        if ensemble.sync().await.is_ok() {
+            return true;
+        }
+        if tokio::time::Instant::now() + SETTLE_RETRY_PAUSE > deadline {
+            return false;
+        }
+        tokio::time::sleep(SETTLE_RETRY_PAUSE).await;
     }
 }
 
