@@ -85,8 +85,9 @@ async fn client_on_the_leader(ensemble: &TestEnsemble, leader: u64) -> zk::Clien
 }
 
 /// Runs `write` until it is done, while the ensemble has no leader (the
-/// port answers OperationTimeout, the crate's `Timeout`) or the connection is lost with the
-/// request in flight; `done` is the error that says an earlier try took.
+/// port answers ConnectionLoss) or the request times out or the connection
+/// is lost with it in flight; `done` is the error that says an earlier try
+/// took.
 async fn until_written<T, F, Fut>(what: &str, done: Option<zk::Error>, mut write: F)
 where
     F: FnMut() -> Fut,

@@ -254,10 +254,12 @@ pub(crate) const RETRIES_MAX: usize = 32;
 /// Whether `err` leaves the session alive and the outcome merely unknown.
 pub(crate) fn is_transient(err: &Error) -> bool {
     // NotLeader: an ensemble member found no leader in time (an election
-    // outlasted its wait); nothing was written, so asking again is safe.
+    // outlasted its wait); Unavailable: it could not take the request now
+    // (cut off from the majority, say). Nothing was written either way, so
+    // asking again is safe; giving up would leave a node in a queue.
     matches!(
         err,
-        Error::ConnectionLoss | Error::Timeout | Error::NotLeader
+        Error::ConnectionLoss | Error::Timeout | Error::NotLeader | Error::Unavailable
     )
 }
 
@@ -303,13 +305,13 @@ where
 /// or, when it is connected but the ensemble is between leaders, the
 /// election had time (rather than spend every try at once).
 pub(crate) async fn before_retry(client: &Client, err: &Error) -> Result<(), Error> {
-    if matches!(err, Error::NotLeader) {
+    if matches!(err, Error::NotLeader | Error::Unavailable) {
         tokio::time::sleep(NOT_LEADER_PAUSE).await;
     }
     wait_connected(client).await
 }
 
-/// The pause before asking again after `NotLeader`.
+/// The pause before asking again after `NotLeader` or `Unavailable`.
 const NOT_LEADER_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Creates the ephemeral sequential node `<dir>/<prefix><name><seq>` and

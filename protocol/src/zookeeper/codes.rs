@@ -139,12 +139,15 @@ pub fn error_code(code: ErrorCode) -> i32 {
         // the connection; one that gets this far is a bad argument.
         ErrorCode::TooLarge => err::BAD_ARGUMENTS,
         ErrorCode::BadRequest => err::MARSHALLING_ERROR,
-        // No leader for now: the client retries, as after a timeout.
-        ErrorCode::NotLeader | ErrorCode::Unavailable => err::OPERATION_TIMEOUT,
         ErrorCode::Internal => err::SYSTEM_ERROR,
-        // What ZooKeeper's clients raise when a write's fate is unknown;
-        // here it comes without losing the connection.
-        ErrorCode::OutcomeUnknown => err::CONNECTION_LOSS,
+        // No leader for now (nothing was done), or a write's fate unknown:
+        // a ZooKeeper server in that state drops its clients, and they
+        // retry what a connection loss interrupted, everywhere (a lock's
+        // background delete retries nothing else). Here the connection
+        // stays; the code is the one they handle.
+        ErrorCode::NotLeader | ErrorCode::Unavailable | ErrorCode::OutcomeUnknown => {
+            err::CONNECTION_LOSS
+        }
     }
 }
 
