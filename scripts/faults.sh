@@ -33,7 +33,7 @@ echo "== Arbor: $SEEDS seeds ($ARBORD)"
 suite --arbord "$ARBORD" --seeds "$SEEDS" --faults-for "$FAULTS_FOR" | tee "$OUT/summary-arbor.txt" || status=1
 
 echo "== Controls: planted faults the checks must catch"
-for plant in early-expiry stale-read dropped-child; do
+for plant in early-expiry orphan-lock-node stale-read dropped-child; do
     suite --arbord "$ARBORD" --seeds 1 --faults-for 30 --plant "$plant" \
         | tee "$OUT/summary-plant-$plant.txt" || status=1
 done

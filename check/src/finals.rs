@@ -1,5 +1,6 @@
 //! Promises about the end state: an ephemeral does not outlive its
-//! session, and every member holds the same tree once healed and caught up.
+//! session, no lock queue keeps a node once its contenders have stopped,
+//! and every member holds the same tree once healed and caught up.
 //!
 //! The recorder takes finals once the faults are healed, while open
 //! sessions' clients still run, and long enough after the heal for every
@@ -24,6 +25,7 @@ use crate::report::{Difference, Report, Violation, Warning};
 pub(crate) fn check(history: &History, report: &mut Report) {
     for member in &history.finals {
         check_markers(history, member, report);
+        check_lock_queues(member, report);
     }
     let Some((first, others)) = history.finals.split_first() else {
         return;
@@ -56,6 +58,23 @@ fn check_markers(history: &History, member: &MemberFinal, report: &mut Report) {
                 marker: life.marker.clone(),
                 end,
             }),
+        }
+    }
+}
+
+/// Every contender has stopped by the time finals are read: a release or
+/// a cancelled attempt deletes its node, so a queue must be empty. A node
+/// left there belongs to a live session that does not know it has it (a
+/// create made twice after a lost reply, say) and blocks every later
+/// contender for as long as that session lives.
+fn check_lock_queues(member: &MemberFinal, report: &mut Report) {
+    for (lock, nodes) in &member.lock_queues {
+        if !nodes.is_empty() {
+            report.violations.push(Violation::LockNodeLeftBehind {
+                member: member.member.clone(),
+                lock: lock.clone(),
+                nodes: nodes.clone(),
+            });
         }
     }
 }
@@ -121,6 +140,7 @@ mod tests {
             registers: BTreeMap::from([(0, Register::default())]),
             children: children.iter().map(|c| c.to_string()).collect(),
             markers: markers.iter().map(|m| m.to_string()).collect(),
+            lock_queues: BTreeMap::new(),
         }
     }
 

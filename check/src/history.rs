@@ -160,6 +160,19 @@ pub struct MemberFinal {
     pub children: Vec<String>,
     /// The marker paths present.
     pub markers: Vec<String>,
+    /// The nodes still in each lock's queue, by lock path, read after
+    /// every contender stopped and before their sessions close.
+    #[serde(default)]
+    pub lock_queues: BTreeMap<String, Vec<QueueNode>>,
+}
+
+/// A node found in a lock's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueNode {
+    pub name: String,
+    /// The session that owns it (0 if it is not an ephemeral).
+    pub owner: u64,
+    pub czxid: u64,
 }
 
 impl SessionLife {

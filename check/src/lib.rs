@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 
 pub use history::{
     ChildCreate, Grant, GrantEnd, History, MarkerCheck, MarkerDeletion, MemberFinal, Observation,
-    SessionEnd, SessionLife, StoreWrite,
+    QueueNode, SessionEnd, SessionLife, StoreWrite,
 };
 pub use report::{Child, Counts, Difference, Holder, Report, Violation, Warning};
 

@@ -99,6 +99,7 @@ mod tests {
             registers: BTreeMap::from([(0, Register { value, version })]),
             children: Vec::new(),
             markers: Vec::new(),
+            lock_queues: BTreeMap::new(),
         }
     }
 

@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{GrantEnd, History, SessionEnd, SessionLife};
+use crate::history::{GrantEnd, History, QueueNode, SessionEnd, SessionLife};
 use crate::linearizable::{Input, Operation, Output, Register};
 use crate::versioned::Anomaly;
 
@@ -242,6 +242,14 @@ pub enum Violation {
     ChildrenOutOfOrder { earlier: Child, later: Child },
     /// A member lacks a child whose create was acknowledged.
     ChildLost { member: String, child: Child },
+    /// A lock queue still holds nodes once every contender stopped (its
+    /// attempts cancelled, its grants released) while their sessions are
+    /// still open: a node nobody knows it owns, blocking the queue.
+    LockNodeLeftBehind {
+        member: String,
+        lock: String,
+        nodes: Vec<QueueNode>,
+    },
     /// Two members ended with different state.
     MembersDiffer {
         member: String,
@@ -267,6 +275,7 @@ impl Violation {
             Violation::DuplicateChild { .. } => "duplicate-child",
             Violation::ChildrenOutOfOrder { .. } => "children-out-of-order",
             Violation::ChildLost { .. } => "child-lost",
+            Violation::LockNodeLeftBehind { .. } => "lock-node-left-behind",
             Violation::MembersDiffer { .. } => "members-differ",
         }
     }
@@ -285,7 +294,7 @@ impl fmt::Display for Violation {
                 register,
             } => write!(
                 f,
-                "member {member} ends with key {key} at value {} version {}, \
+                "{member} ends with key {key} at value {} version {}, \
                  which no read after every operation could return",
                 register.value, register.version
             ),
@@ -340,7 +349,7 @@ impl fmt::Display for Violation {
                 end,
             } => write!(
                 f,
-                "member {member} still holds {marker}, the marker of session {session:#x}, \
+                "{member} still holds {marker}, the marker of session {session:#x}, \
                  which ended ({end:?})"
             ),
             Violation::TwoHolders {
@@ -375,15 +384,33 @@ impl fmt::Display for Violation {
                 "{earlier} returned before {later} was called, yet its sequence is not smaller"
             ),
             Violation::ChildLost { member, child } => {
-                write!(f, "member {member} lacks the acknowledged {child}")
+                write!(f, "{member} lacks the acknowledged {child}")
             }
+            Violation::LockNodeLeftBehind {
+                member,
+                lock,
+                nodes,
+            } => write!(
+                f,
+                "{member} still has {} node(s) in the queue of {lock} after every \
+                 contender stopped: {}",
+                nodes.len(),
+                nodes
+                    .iter()
+                    .map(|node| format!(
+                        "{} (session {:#x}, czxid {:#x})",
+                        node.name, node.owner, node.czxid
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Violation::MembersDiffer {
                 member,
                 other,
                 difference,
             } => write!(
                 f,
-                "members {member} and {other} differ: {}",
+                "{member} and {other} differ: {}",
                 difference.between(member, other)
             ),
         }
@@ -425,7 +452,7 @@ impl fmt::Display for Warning {
                 marker,
             } => write!(
                 f,
-                "open-session-marker-missing: member {member} lacks {marker}, the marker \
+                "open-session-marker-missing: {member} lacks {marker}, the marker \
                  of session {session:#x}, still open at the end"
             ),
             Warning::LateWriteAdmitted {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use arbor_check::linearizable::{Input, Operation, Output, Register};
 use arbor_check::{
     check, CheckConfig, ChildCreate, Grant, GrantEnd, History, MarkerCheck, MarkerDeletion,
-    MemberFinal, Observation, Report, SessionEnd, SessionLife, StoreWrite, Violation,
+    MemberFinal, Observation, QueueNode, Report, SessionEnd, SessionLife, StoreWrite, Violation,
 };
 
 const TIMEOUT_US: u64 = 6_000_000;
@@ -103,6 +103,8 @@ fn member(name: &str) -> MemberFinal {
         registers: BTreeMap::from([(0, register(2, 2)), (1, register(9, 2))]),
         children: (0..4).map(self::name).collect(),
         markers: vec!["/markers/1".to_string()],
+        // Read, and empty: every contender cleaned up after itself.
+        lock_queues: BTreeMap::from([(LOCK.to_string(), Vec::new())]),
     }
 }
 
@@ -363,6 +365,22 @@ fn a_marker_left_on_a_member() {
     // m2 still holds the marker of expired session 3.
     let report = planted(|h| h.finals[1].markers.push("/markers/3".to_string()));
     assert_only(&report, "ephemeral-outlived-session", &["members-differ"]);
+}
+
+#[test]
+fn a_lock_node_left_behind() {
+    // m1 still has a node in the lock's queue after every contender stopped.
+    let report = planted(|h| {
+        h.finals[0].lock_queues.insert(
+            LOCK.to_string(),
+            vec![QueueNode {
+                name: "_c_1-lock-0000000007".to_string(),
+                owner: 2,
+                czxid: 70,
+            }],
+        );
+    });
+    assert_only(&report, "lock-node-left-behind", &[]);
 }
 
 #[test]

@@ -63,6 +63,7 @@ pub enum Kind {
     Persistent,
     Ephemeral,
     Sequential,
+    EphemeralSequential,
 }
 
 /// A version of a node's data, as the workload reads registers.
@@ -71,6 +72,8 @@ pub struct Versioned {
     pub data: Vec<u8>,
     pub version: i32,
     pub czxid: u64,
+    /// The session an ephemeral belongs to; 0 for any other node.
+    pub owner: u64,
 }
 
 /// An open session.
@@ -136,6 +139,7 @@ impl Session {
                     Kind::Persistent => CreateMode::Persistent,
                     Kind::Ephemeral => CreateMode::Ephemeral,
                     Kind::Sequential => CreateMode::PersistentSequential,
+                    Kind::EphemeralSequential => CreateMode::EphemeralSequential,
                 };
                 client
                     .create(path, data.to_vec(), mode)
@@ -147,11 +151,14 @@ impl Session {
                     Kind::Persistent => zk::CreateMode::Persistent,
                     Kind::Ephemeral => zk::CreateMode::Ephemeral,
                     Kind::Sequential => zk::CreateMode::PersistentSequential,
+                    Kind::EphemeralSequential => zk::CreateMode::EphemeralSequential,
                 };
                 let options = mode.with_acls(zk::Acls::anyone_all());
                 let created = within(client.create(path, data, &options)).await?;
                 Ok(match kind {
-                    Kind::Sequential => format!("{path}{}", created.1),
+                    Kind::Sequential | Kind::EphemeralSequential => {
+                        format!("{path}{}", created.1)
+                    }
                     _ => path.to_owned(),
                 })
             }
@@ -166,6 +173,7 @@ impl Session {
                     data,
                     version: stat.version,
                     czxid: stat.czxid,
+                    owner: stat.ephemeral_owner,
                 })
             }
             Session::ZooKeeper(client) => {
@@ -174,6 +182,7 @@ impl Session {
                     data,
                     version: stat.version,
                     czxid: stat.czxid as u64,
+                    owner: stat.ephemeral_owner as u64,
                 })
             }
         }

@@ -5,6 +5,9 @@
 //! * [`Plant::EarlyExpiry`] is a real fault in the ensemble: mid-run an
 //!   operator's eviction ends a live session that was heard from a moment
 //!   before (Arbor only: ZooKeeper has no eviction its clients can ask).
+//! * [`Plant::OrphanLockNode`] is real too: mid-run a session that is not
+//!   a contender makes a node in a lock's queue and keeps it, open, until
+//!   the finals are read: what a create made twice leaves behind.
 //! * [`Plant::StaleRead`] and [`Plant::DroppedChild`] are planted in the
 //!   recorded history, since a correct ensemble gives the suite no way to
 //!   cause them: a synced read made to return the value before a write
@@ -17,12 +20,14 @@ use arbor_check::linearizable::{Input, Output, Register};
 use arbor_check::{History, SessionEnd};
 use tracing::{info, warn};
 
-use crate::client::{Protocol, Session};
+use crate::client::{Kind, Protocol, Session};
+use crate::workload::locks::lock_path;
 use crate::workload::Context;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plant {
     EarlyExpiry,
+    OrphanLockNode,
     StaleRead,
     DroppedChild,
 }
@@ -32,6 +37,7 @@ impl Plant {
     pub fn required(self) -> &'static str {
         match self {
             Plant::EarlyExpiry => "early-expiry",
+            Plant::OrphanLockNode => "lock-node-left-behind",
             Plant::StaleRead => "register-not-linearizable",
             Plant::DroppedChild => "child-lost",
         }
@@ -44,7 +50,7 @@ impl Plant {
             || match self {
                 // The evicted session's ephemeral went while it was live.
                 Plant::EarlyExpiry => kind == "ephemeral-gone-while-live",
-                Plant::StaleRead => false,
+                Plant::OrphanLockNode | Plant::StaleRead => false,
                 // One member's final state lacks the child the others have.
                 Plant::DroppedChild => kind == "members-differ",
             }
@@ -57,28 +63,42 @@ impl std::str::FromStr for Plant {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text {
             "early-expiry" => Ok(Plant::EarlyExpiry),
+            "orphan-lock-node" => Ok(Plant::OrphanLockNode),
             "stale-read" => Ok(Plant::StaleRead),
             "dropped-child" => Ok(Plant::DroppedChild),
             other => Err(format!(
-                "unknown plant {other:?}: early-expiry, stale-read or dropped-child"
+                "unknown plant {other:?}: early-expiry, orphan-lock-node, stale-read \
+                 or dropped-child"
             )),
         }
     }
 }
 
-/// How long into the nemesis the eviction comes.
-const EVICT_AFTER: Duration = Duration::from_secs(5);
+/// How long into the nemesis a live plant comes.
+const PLANT_AFTER: Duration = Duration::from_secs(5);
 
-/// The live part of a plant, run beside the nemesis.
-pub async fn live(plant: Plant, context: Context) {
-    if plant != Plant::EarlyExpiry {
-        return;
+/// The live part of a plant, run beside the nemesis; the session it must
+/// keep open until the finals are read, if any.
+pub async fn live(plant: Plant, context: Context) -> Option<Session> {
+    if !matches!(plant, Plant::EarlyExpiry | Plant::OrphanLockNode) {
+        return None;
     }
     tokio::select! {
-        () = tokio::time::sleep(EVICT_AFTER) => {}
-        () = context.stop.cancelled() => return,
+        () = tokio::time::sleep(PLANT_AFTER) => {}
+        () = context.stop.cancelled() => return None,
     }
-    let Some(victim) = lately_heard(&context) else {
+    match plant {
+        Plant::OrphanLockNode => orphan_lock_node(&context).await,
+        _ => {
+            evict(&context).await;
+            None
+        }
+    }
+}
+
+/// An operator's eviction of the session heard from most recently.
+async fn evict(context: &Context) {
+    let Some(victim) = lately_heard(context) else {
         warn!("no live session to evict");
         return;
     };
@@ -96,6 +116,26 @@ pub async fn live(plant: Plant, context: Context) {
     let _ = operator.close().await;
 }
 
+/// A node in the first protocol's lock queue, named as a contender's, made
+/// by a session that never contends: the returned session keeps it.
+async fn orphan_lock_node(context: &Context) -> Option<Session> {
+    let protocol = *context.servers.protocols().first()?;
+    let servers = context.servers.all(protocol);
+    let Ok(session) = Session::open(protocol, &servers, context.session_timeout).await else {
+        warn!("the orphan's session cannot connect");
+        return None;
+    };
+    let prefix = format!("{}/_c_planted-lock-", lock_path(protocol));
+    match session
+        .create(&prefix, b"", Kind::EphemeralSequential)
+        .await
+    {
+        Ok(node) => info!(%node, "planted a lock node nobody contends with"),
+        Err(failure) => warn!(%failure, "the orphan lock node was not made"),
+    }
+    Some(session)
+}
+
 /// The open session heard from most recently.
 fn lately_heard(context: &Context) -> Option<u64> {
     context.recorder.with(|history| {
@@ -111,7 +151,7 @@ fn lately_heard(context: &Context) -> Option<u64> {
 /// The part of a plant written into the history.
 pub fn in_history(plant: Plant, history: &mut History) {
     match plant {
-        Plant::EarlyExpiry => {}
+        Plant::EarlyExpiry | Plant::OrphanLockNode => {}
         Plant::StaleRead => stale_read(history),
         Plant::DroppedChild => dropped_child(history),
     }

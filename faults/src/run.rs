@@ -127,9 +127,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome, RunError> {
         .map(|plant| runtime.spawn(crate::plant::live(plant, context.clone())));
     let events = nemesis::run(&plan, &mut target, &lab, clock, options.seed, &stop);
     stop.cancel();
-    if let Some(planted) = planted {
-        let _ = runtime.block_on(planted);
-    }
+    let planted = planted.and_then(|planted| runtime.block_on(planted).ok().flatten());
     let open = runtime.block_on(finish(workers, helpers));
     lab.heal_all()?;
     if let Err(why) = target.wait_serving(SERVING_TIMEOUT) {
@@ -142,6 +140,9 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome, RunError> {
     let final_protocol = *servers.protocols().first().unwrap_or(&Protocol::ZooKeeper);
     runtime.block_on(workload::finals::record(&context, final_protocol));
     runtime.block_on(close_all(open));
+    if let Some(session) = planted {
+        runtime.block_on(session.close());
+    }
     let mut history = recorder.take();
     if let Some(plant) = options.plant {
         crate::plant::in_history(plant, &mut history);

@@ -31,6 +31,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How long one attempt to take the lock may wait in its queue.
 const WAIT_MAX: Duration = Duration::from_secs(30);
 
+/// Tries to clear a ZooKeeper worker's own nodes from its lock queue
+/// (each after `RETRY_PAUSE`): a few seconds, past a reconnect.
+const SWEEP_TRIES_MAX: usize = 100;
+
 /// No time yet.
 const NOT_YET: u64 = u64::MAX;
 
@@ -69,7 +73,10 @@ pub async fn run(
             let held = tokio::select! {
                 held = holder.take_and_hold(hold) => held,
                 // A tenure cut short is not recorded: the run is over.
-                () = context.stop.cancelled() => return Some(tracked),
+                () = context.stop.cancelled() => {
+                    holder.leave().await;
+                    return Some(tracked);
+                }
             };
             match held {
                 Ok(()) => {}
@@ -141,9 +148,15 @@ impl Holder<'_> {
             Ok(Err(err)) => {
                 debug!(process = self.process, error = %err, "lock not taken");
                 let gone = matches!(err, zk::Error::SessionExpired | zk::Error::ClientClosed);
+                if !gone {
+                    self.sweep(client).await;
+                }
                 return self.after_failure(gone).await;
             }
-            Err(_) => return Ok(()),
+            Err(_) => {
+                self.sweep(client).await;
+                return Ok(());
+            }
         };
         let granted_us = self.context.recorder.now_us();
         let lost_us = Arc::new(AtomicU64::new(NOT_YET));
@@ -169,7 +182,37 @@ impl Holder<'_> {
         self.record(token, granted_us, end, ended_us);
         // Dropping the lock client deletes its node (in the background).
         drop(lock);
+        self.sweep(client).await;
         Ok(())
+    }
+
+    /// After an attempt or a tenure cut short by the run's end: Arbor's
+    /// recipe cleans up by itself (that is under test); the crate's lock
+    /// is helped by a sweep.
+    async fn leave(&self) {
+        if let Session::ZooKeeper(client) = &self.tracked.session {
+            self.sweep(client).await;
+        }
+    }
+
+    /// Deletes every node of this session left in the lock's queue: the
+    /// worker has at most one attempt at a time, and it is over. The
+    /// crate's own clean-up gives up when a request fails because its
+    /// connection timed out ("no response from connection", not the
+    /// `ConnectionLoss` its retries look for), leaving the node to block
+    /// the queue for the session's life; Curator's retry loop would go on,
+    /// and so does this, for a while.
+    async fn sweep(&self, client: &zk::Client) {
+        let own = client.session_id().0;
+        for _ in 0..SWEEP_TRIES_MAX {
+            match sweep_once(client, &self.lock, own).await {
+                Ok(()) | Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+                Err(err) => {
+                    debug!(process = self.process, error = %err, "sweeping the lock queue again");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
     }
 
     /// Writes to the store every [`STORE_WRITE_INTERVAL`] for `hold`, as
@@ -235,4 +278,27 @@ impl Holder<'_> {
         tokio::time::sleep(RETRY_PAUSE).await;
         Ok(())
     }
+}
+
+/// One pass of [`Holder::sweep`].
+async fn sweep_once(client: &zk::Client, lock: &str, own: i64) -> Result<(), zk::Error> {
+    let names = match client.list_children(lock).await {
+        Ok(names) => names,
+        Err(zk::Error::NoNode) => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    for name in names {
+        let node = format!("{lock}/{name}");
+        let owned = match client.check_stat(&node).await? {
+            Some(stat) => stat.ephemeral_owner == own,
+            None => false,
+        };
+        if owned {
+            match client.delete(&node, None).await {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+    Ok(())
 }
