@@ -642,3 +642,44 @@ async fn a_member_down_for_many_writes_catches_up_by_snapshot() {
 async fn a_member_down_for_a_hundred_thousand_writes_catches_up_by_snapshot() {
     catch_up_by_snapshot(catch_up_writes(100_000)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_committed_hint_a_power_cut_emptied_starts_and_catches_up() {
+    // `raft/committed` is replaced without a sync: after a power cut it can
+    // be empty. The member must start anyway (every cut member refused to)
+    // and serve what was written while it was down.
+    let mut ensemble = TestEnsemble::start(3);
+    let leader = ensemble.wait_for_leader(None);
+    let follower = if leader == 1 { 2 } else { 1 };
+    // On the leader, so that the follower's death loses no reply.
+    let client = Client::connect(ensemble.member(leader).addr(), options())
+        .await
+        .expect("connects");
+    create(&client, "/before")
+        .await
+        .expect("written before the cut");
+    ensemble.member(follower).kill();
+    create(&client, "/while-down")
+        .await
+        .expect("written while it is down");
+    let hint = ensemble.member(follower).data_dir().join("raft/committed");
+    assert!(
+        hint.exists(),
+        "the member kept a hint at {}",
+        hint.display()
+    );
+    std::fs::write(&hint, b"").expect("empties the hint");
+    ensemble.member(follower).restart();
+    let reader = Client::connect(ensemble.member(follower).addr(), options())
+        .await
+        .expect("the member starts and serves");
+    reader.sync("/").await.expect("syncs");
+    for path in ["/before", "/while-down"] {
+        assert!(
+            reader.exists(path).await.expect("reads").is_some(),
+            "{path}"
+        );
+    }
+    let _ = reader.close().await;
+    let _ = client.close().await;
+}

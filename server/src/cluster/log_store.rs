@@ -22,7 +22,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, LogId, RaftLogReader, StorageError, StorageIOError, Vote};
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 use super::log_files::{EncodedBatch, LogError, LogFiles, LogOptions};
 use super::meta_file::{self, COMMITTED_FILE, COMMITTED_MAGIC, PURGED_FILE, PURGED_MAGIC};
@@ -114,6 +114,42 @@ impl LogIoThread {
     }
 }
 
+/// The committed position saved in `dir`, if it names an entry this log
+/// holds (or its purge point). The file is a hint, replaced without a sync
+/// (see [`meta_file::COMMITTED_FILE`]): a power cut can leave it empty,
+/// torn or naming entries that were never synced. Any of those is ignored
+/// with a warning, never fatal: the member then applies what a leader
+/// tells it is committed, a moment later.
+fn committed_hint(
+    dir: &Path,
+    entries: &BTreeMap<u64, Entry<TypeConfig>>,
+    last_purged: Option<LogId<MemberId>>,
+) -> Option<LogId<MemberId>> {
+    let hint: LogId<MemberId> = match meta_file::read::<Option<LogPosition>>(
+        dir,
+        COMMITTED_FILE,
+        COMMITTED_MAGIC,
+    ) {
+        Ok(hint) => LogId::from(hint.flatten()?),
+        Err(err) => {
+            warn!(error = %err, "the committed-position hint cannot be read (a power cut leaves it so); ignoring it");
+            return None;
+        }
+    };
+    let held = entries.get(&hint.index).map(|entry| entry.log_id) == Some(hint)
+        || last_purged == Some(hint);
+    if !held {
+        warn!(
+            hint_index = hint.index,
+            hint_term = hint.leader_id.term,
+            last_index = entries.last_key_value().map(|(index, _)| *index),
+            "the committed-position hint names an entry this log does not hold; ignoring it"
+        );
+        return None;
+    }
+    Some(hint)
+}
+
 impl LogStore {
     /// Opens the log in `dir` (its segments in `dir/log`), creating it if
     /// missing, and starts the I/O thread.
@@ -125,8 +161,6 @@ impl LogStore {
         })?;
         let vote: Option<VoteRecord> = meta_file::read(dir, VOTE_FILE, VOTE_MAGIC)?;
         let purged: Option<LogPosition> = meta_file::read(dir, PURGED_FILE, PURGED_MAGIC)?;
-        let committed: Option<Option<LogPosition>> =
-            meta_file::read(dir, COMMITTED_FILE, COMMITTED_MAGIC)?;
         let mut entries = BTreeMap::new();
         let files = LogFiles::open(
             &dir.join("log"),
@@ -136,11 +170,13 @@ impl LogStore {
                 entries.insert(record.position.index, Entry::from(record));
             },
         )?;
+        let last_purged = purged.map(LogId::from);
+        let committed = committed_hint(dir, &entries, last_purged);
         let cache = LogCache {
             entries,
-            last_purged: purged.map(LogId::from),
+            last_purged,
             vote: vote.map(Vote::from),
-            committed: committed.flatten().map(LogId::from),
+            committed,
         };
         debug!(dir = %dir.display(), entries = cache.entries.len(), last = ?cache.last_log_id(), "opened the replicated log");
         let cache = Arc::new(RwLock::new(cache));

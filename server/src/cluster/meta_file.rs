@@ -27,7 +27,8 @@ pub const PURGED_FILE: &str = "purged";
 pub const PURGED_MAGIC: [u8; 8] = *b"ARBORPRG";
 /// The last committed log position known here: a hint that lets a
 /// restarted member apply what it already has before it hears from a
-/// leader. Not synced: losing it only delays that.
+/// leader. Not synced: losing it, or finding it empty or stale after a
+/// power cut, only delays that (see `log_store::committed_hint`).
 pub const COMMITTED_FILE: &str = "committed";
 pub const COMMITTED_MAGIC: [u8; 8] = *b"ARBORCMT";
 

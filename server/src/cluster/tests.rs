@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 
 use super::log_files::{EncodedBatch, LogFiles, LogOptions};
 use super::log_store::{LogIoThread, LogStore};
-use super::records::MemberId;
+use super::meta_file;
+use super::records::{LogPosition, MemberId};
 use super::state_machine::{load_newest, ClusterStateMachine};
 use super::types::{Command, Outcome, TypeConfig, Write};
 use crate::clock::Clock;
@@ -330,6 +331,65 @@ async fn a_torn_tail_is_cut_and_damage_before_a_whole_record_is_refused() {
         .err()
         .expect("refused");
     assert!(err.to_string().contains("a whole record follows"), "{err}");
+}
+
+#[tokio::test]
+async fn a_committed_hint_left_empty_torn_or_stale_by_a_power_cut_is_ignored() {
+    // The hint is replaced without a sync: after a power cut it may be
+    // empty, hold part of a value, or name entries that never reached the
+    // disk. The member must start all the same (every cut member refused
+    // to, found with LazyFS), keeping the hint only when its log holds it.
+    let dir = TempDir::new("hint");
+    let raft = dir.0.join("raft");
+    let (mut store, thread) = open(&dir.0);
+    append(
+        &mut store,
+        (1..=3).map(|i| command(i, 2, &format!("/n{i}"))).collect(),
+    )
+    .await;
+    store
+        .save_committed(Some(log_id(2, 1, 3)))
+        .await
+        .expect("saves");
+    drop(store);
+    thread.join();
+    let committed_after_open = |bytes: Option<&[u8]>| {
+        if let Some(bytes) = bytes {
+            std::fs::write(raft.join(meta_file::COMMITTED_FILE), bytes).expect("writes");
+        }
+        let (mut store, thread) = LogStore::open(&raft, options()).expect("starts");
+        let committed = futures_util::FutureExt::now_or_never(store.read_committed())
+            .expect("ready")
+            .expect("reads");
+        drop(store);
+        thread.join();
+        committed
+    };
+    assert_eq!(
+        committed_after_open(None),
+        Some(log_id(2, 1, 3)),
+        "a good hint is kept"
+    );
+    let whole = std::fs::read(raft.join(meta_file::COMMITTED_FILE)).expect("reads");
+    assert_eq!(committed_after_open(Some(b"")), None, "empty");
+    assert_eq!(
+        committed_after_open(Some(&whole[..whole.len() - 3])),
+        None,
+        "torn"
+    );
+    // Entries past the log's end, or of another term, were never synced here.
+    for stale in [log_id(2, 1, 9), log_id(3, 1, 2)] {
+        let position = Some(LogPosition::from(stale));
+        meta_file::write(
+            &raft,
+            meta_file::COMMITTED_FILE,
+            meta_file::COMMITTED_MAGIC,
+            &position,
+            false,
+        )
+        .expect("writes");
+        assert_eq!(committed_after_open(None), None, "{stale:?}");
+    }
 }
 
 #[tokio::test]
