@@ -657,6 +657,14 @@ const MEMBER_PORTS: std::ops::Range<u16> = 20_000..32_000;
 /// test binaries run back to back do not walk the same ports.
 static NEXT_PORT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
+/// Client options for tests against an ensemble: sessions outlive a
+/// failover (4 s), and a request gives up after 3 s.
+pub fn ensemble_client_options() -> arbor_client::ClientOptions {
+    arbor_client::ClientOptions::default()
+        .with_session_timeout(Duration::from_millis(4000))
+        .with_request_timeout(Duration::from_secs(3))
+}
+
 /// A port on 127.0.0.1 that was free when asked and that no other caller in
 /// this process will be given.
 pub fn free_addr() -> String {

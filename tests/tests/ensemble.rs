@@ -10,16 +10,9 @@ use std::time::{Duration, Instant};
 
 use arbor_client::recipes::Mutex;
 use arbor_client::{
-    AddWatchMode, Client, ClientOptions, CreateMode, Error, ErrorCode, EventType, OneshotWatch,
-    WatchEvent,
+    AddWatchMode, Client, CreateMode, Error, ErrorCode, EventType, OneshotWatch, WatchEvent,
 };
-use arbor_tests::{example, TestEnsemble};
-
-fn options() -> ClientOptions {
-    ClientOptions::default()
-        .with_session_timeout(Duration::from_millis(4000))
-        .with_request_timeout(Duration::from_secs(3))
-}
+use arbor_tests::{ensemble_client_options as options, example, TestEnsemble};
 
 fn kills_from_env(default: usize) -> usize {
     match std::env::var("ARBOR_ENSEMBLE_KILLS") {

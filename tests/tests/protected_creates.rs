@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_client::{Client, ClientOptions, CreateMode, Error};
-use arbor_tests::TestEnsemble;
+use arbor_client::{Client, CreateMode, Error};
+use arbor_tests::{ensemble_client_options as options, TestEnsemble};
 
 const DIR: &str = "/protected";
 /// Writers on one connection, each with one attempt in flight at a time:
@@ -25,12 +25,6 @@ const DIR: &str = "/protected";
 const WRITERS: usize = 16;
 /// Leader kills; each round ends with every prefix counted.
 const ROUNDS: usize = 4;
-
-fn options() -> ClientOptions {
-    ClientOptions::default()
-        .with_session_timeout(Duration::from_millis(4000))
-        .with_request_timeout(Duration::from_secs(3))
-}
 
 /// What the writers saw, summed.
 #[derive(Default)]
